@@ -1,0 +1,175 @@
+"""pytest wiring for monarch-rl-koans.
+
+- Which code is under test: `--impl exercises` (default, what you edit) or
+  `--impl solutions` (the reference). $KOANS_IMPL does the same for tools that
+  cannot pass options. Tests get the chapter module from the `chapter` fixture
+  and never import `exercises` or `solutions` themselves.
+- Monarch hygiene: a crashing actor process must not end the session, process
+  death is detected in about a second, and no Monarch process may outlive the
+  session (checked at the end; a leftover fails the run).
+- Failures point at the TODO behind them (see koans/harness.py).
+"""
+
+import os
+
+# Supervision polls every second instead of every ~10 s, so tests that kill a
+# process see the failure quickly. Must be set before any process is spawned.
+os.environ.setdefault("HYPERACTOR_MESH_SUPERVISION_POLL_FREQUENCY", "1s")
+
+import pytest  # noqa: E402
+
+from koans import harness  # noqa: E402
+from koans.manifest import chapter_for_module  # noqa: E402
+from koans.results import ResultLog  # noqa: E402
+
+SESSION_TAG = harness.new_session_tag()
+harness.install_fault_hook()
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("koans")
+    group.addoption("--impl", choices=harness.IMPLS, default=None, help="code under test (default: exercises, or $KOANS_IMPL)")
+    group.addoption("--koans-tracebacks", action="store_true", help="keep full tracebacks for unwritten TODOs and timeouts")
+    group.addoption("--koans-json", metavar="PATH", default=None, help="write per-test results as JSON (used by the koans CLI)")
+
+
+def pytest_configure(config):
+    impl = harness.selected_impl(config.getoption("--impl"))
+    os.environ[harness.IMPL_ENV] = impl  # seen by helpers and by the processes we spawn
+    config.koans_impl = impl
+    config.koans_results = ResultLog(config.getoption("--koans-json"))
+
+
+def pytest_report_header(config):
+    return f"koans: testing {config.koans_impl}/  (choose with --impl exercises|solutions)"
+
+
+def _marked_todos(item):
+    chapter = chapter_for_module(item.path.stem)
+    keys = [key for mark in item.iter_markers("todo") for key in mark.args]
+    if not chapter or not keys:
+        return []
+    todos = {todo.key: todo for todo in harness.chapter_todos(chapter)}
+    return [todos[key] for key in keys if key in todos]
+
+
+def pytest_collection_modifyitems(config, items):
+    cuda = None
+    for item in items:
+        chapter = chapter_for_module(item.path.stem)
+        if chapter:
+            known = {todo.key for todo in harness.chapter_todos(chapter)}
+            for mark in item.iter_markers("todo"):
+                unknown = [key for key in mark.args if key not in known]
+                if unknown:
+                    raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.todo{unknown} names no TODO of {chapter.tag}; its TODOs: {sorted(known)}")
+        if item.get_closest_marker("gpu"):
+            if cuda is None:
+                import torch
+
+                cuda = torch.cuda.is_available()
+            if not cuda:
+                item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU; none is visible here"))
+
+
+@pytest.fixture(scope="module")
+def chapter(request):
+    """The module of this test file's chapter, from the implementation under test."""
+    found = chapter_for_module(request.path.stem)
+    if found is None:
+        raise LookupError(f"{request.path.name} is not a chapter test file (expected tests/test_chNN_<slug>.py)")
+    return harness.import_chapter(found, request.config.koans_impl)
+
+
+@pytest.fixture(scope="session")
+def device():
+    """CUDA when this machine has it, else CPU."""
+    import torch
+
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+@pytest.fixture(scope="session")
+def shared_procs():
+    """`shared_procs(procs=4)` -> a ProcMesh of that shape, shared across tests.
+
+    Starting a process that imports torch costs seconds on a small machine, so
+    tests that do not break their processes share them (each test spawns its
+    own actors on them). After any Monarch failure the mesh is probed, and
+    replaced if it no longer accepts new actors. Stopped at session end.
+    """
+    from monarch.actor import this_host
+
+    meshes, faults_seen = {}, {}
+
+    def get(**per_host):
+        key = tuple(sorted(per_host.items()))
+        procs = meshes.get(key)
+        if procs is not None and faults_seen[key] != len(harness.recorded_faults):
+            if not harness.procs_accept_new_actors(procs):
+                harness.stop_procs(procs)
+                procs = None
+        if procs is None:
+            procs = meshes[key] = this_host().spawn_procs(per_host=per_host)
+        faults_seen[key] = len(harness.recorded_faults)
+        return procs
+
+    yield get
+    for procs in meshes.values():
+        harness.stop_procs(procs)
+
+
+@pytest.fixture
+def fresh_procs():
+    """`fresh_procs(procs=2)` -> a new ProcMesh, stopped after the test.
+
+    For tests that kill processes: a mesh with a dead process cannot be reused.
+    """
+    from monarch.actor import this_host
+
+    made = []
+
+    def make(**per_host):
+        made.append(this_host().spawn_procs(per_host=per_host))
+        return made[-1]
+
+    yield make
+    for procs in made:
+        harness.stop_procs(procs)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.failed and call.excinfo is not None:
+        text, replace = harness.explain_failure(call.excinfo, item.path, _marked_todos(item), item.config.koans_impl)
+        report.koans_note = text
+        if text and replace and not item.config.getoption("--koans-tracebacks"):
+            report.longrepr = text
+        elif text:
+            report.sections.append(("koans: where to look", text))
+    item.config.koans_results.add(item, report)
+    return report
+
+
+def pytest_sessionfinish(session, exitstatus):
+    leftovers = harness.leftover_processes(SESSION_TAG)
+    session.config.koans_leftovers = leftovers
+    if leftovers:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    session.config.koans_results.write(leftovers)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    leftovers = getattr(config, "koans_leftovers", [])
+    if leftovers:
+        terminalreporter.section("koans: Monarch processes left behind", red=True)
+        for pid, cmdline in leftovers:
+            terminalreporter.line(f"  pid {pid}: {cmdline[:120]}")
+        terminalreporter.line(
+            "They were still running when the session ended and have now been killed. "
+            "A test or fixture made a ProcMesh and never stopped it: stop it in a fixture "
+            "teardown or a `finally:` with `procs.stop().get(timeout=...)`."
+        )
+    else:
+        terminalreporter.line("koans: no Monarch process left behind")

@@ -1,0 +1,112 @@
+"""Chapter 01: hello, actor.
+
+An actor is an object that lives in one process, owns its state, and is
+reached only through messages. Its endpoints are the methods others may call.
+A caller never touches the actor's memory: it sends a message and gets back a
+Future, which it waits on with `.get(timeout=...)` (plain code) or `await`
+(async code).
+
+Where an actor lives is chosen when it is spawned, on a ProcMesh:
+  - `this_proc()`                                   the calling process itself
+  - `this_host().spawn_procs(per_host={"procs": 1})` one new process
+
+The same `.spawn(name, ActorClass, *args)` works on both, and the code that
+calls the actor does not change. That sameness is the whole point of Monarch:
+distributed code that reads like local code.
+
+Your TODOs:
+  1. Greeter.greet         an endpoint that reads and updates the actor's state
+  2. Greeter.whereabouts   an endpoint that reports the actor's process and device
+  3. start_one_process     make a ProcMesh of one new process
+  4. spawn_greeter         put a Greeter on any ProcMesh
+
+Check:     pytest tests/test_ch01_hello_actor.py    (or: koans check 1)
+Run demo:  python -m solutions.ch01_hello_actor     (yours: python -m exercises.ch01_hello_actor)
+Read:      docs/01_hello_actor.md
+"""
+
+import asyncio
+import os
+import socket
+
+import torch
+from monarch.actor import Actor, ProcMesh, endpoint, this_host, this_proc
+
+
+class Greeter(Actor):
+    """Greets whoever asks, and remembers how many greetings it has given."""
+
+    def __init__(self, name: str):
+        # Runs once, in the actor's own process, before the first message.
+        self.name = name
+        self.greetings_given = 0
+
+    @endpoint
+    def greet(self, who: str) -> str:
+        # Format: "Hello, <who>! I am <name> (greeting #<n>)."
+        # where n counts the greetings this actor has given, this one included.
+        raise NotImplementedError("TODO(ch01): count this greeting, then return the greeting text")
+
+    @endpoint
+    def whereabouts(self) -> dict:
+        """Where this actor runs: {"pid", "host", "device"}.
+
+        "device" is the torch device this actor would compute on: "cuda" when
+        its own process can see a GPU, else "cpu".
+        """
+        # Ask the actor's own process; the caller's answers could differ.
+        raise NotImplementedError("TODO(ch01): report this actor's pid, host name and torch device")
+
+
+def start_one_process() -> ProcMesh:
+    """A ProcMesh of one new process on this host (stop it with `.stop()`)."""
+    # Hint: this_host().spawn_procs(per_host={...})
+    raise NotImplementedError("TODO(ch01): spawn one new process on this host and return its ProcMesh")
+
+
+def spawn_greeter(procs: ProcMesh, name: str) -> Greeter:
+    """Spawn a Greeter called `name` on `procs` (this_proc() or a new mesh)."""
+    raise NotImplementedError("TODO(ch01): spawn a Greeter on the given ProcMesh, passing `name` to its __init__")
+
+
+async def greet_twice(greeter: Greeter, who: str) -> list[str]:
+    """Inside async code, futures are awaited instead of `.get()`."""
+    first = await greeter.greet.call_one(who)
+    second = await greeter.greet.call_one(who)
+    return [first, second]
+
+
+def main() -> None:
+    timeout = 60
+    print("Chapter 01: hello, actor")
+    print(f"This client process has pid {os.getpid()}.\n")
+
+    local = spawn_greeter(this_proc(), "Ada")
+    where = local.whereabouts.call_one().get(timeout=timeout)
+    print(f"[local]  spawn_greeter(this_proc(), 'Ada') put Ada in pid {where['pid']}: the same process as us.")
+    print(f"         call_one() sends a message and returns a Future; .get() waits for the reply:")
+    for who in ("Grace", "Linus"):
+        print(f"         -> {local.greet.call_one(who).get(timeout=timeout)}")
+
+    procs = start_one_process()
+    try:
+        remote = spawn_greeter(procs, "Barbara")
+        where = remote.whereabouts.call_one().get(timeout=timeout)
+        print(f"\n[remote] start_one_process() made a new process; Barbara lives in pid {where['pid']}"
+              f" on {where['host']}, computing on {where['device']}.")
+        print("         The calling code is identical; only the ProcMesh differs:")
+        print(f"         -> {remote.greet.call_one('Grace').get(timeout=timeout)}")
+        replies = asyncio.run(greet_twice(remote, "Edsger"))
+        print("\n[async]  Inside async code the same Futures are awaited:")
+        for reply in replies:
+            print(f"         -> {reply}")
+        print("\n[state]  Each actor kept its own count between calls:")
+        for greeter in (local, remote):
+            print(f"         -> {greeter.greet.call_one('you').get(timeout=timeout)}")
+    finally:
+        procs.stop().get(timeout=timeout)
+        print("\nStopped the new process. Done.")
+
+
+if __name__ == "__main__":
+    main()

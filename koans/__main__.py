@@ -1,0 +1,5 @@
+import sys
+
+from koans.cli import main
+
+sys.exit(main())

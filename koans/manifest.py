@@ -1,0 +1,91 @@
+"""The chapter manifest: one entry per chapter, in learning order.
+
+Everything that lists chapters (the `koans` runner, `koans verify`, the test
+harness) reads this file, so adding a chapter means adding an entry here plus
+its solution, test file and doc.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Chapter:
+    number: int
+    slug: str
+    title: str
+    hints: tuple[str, ...]
+    needs_gpu: bool = False
+
+    @property
+    def tag(self) -> str:
+        return f"ch{self.number:02d}"
+
+    @property
+    def module(self) -> str:
+        return f"{self.tag}_{self.slug}"
+
+    @property
+    def test_file(self) -> Path:
+        return PROJECT_ROOT / "tests" / f"test_{self.module}.py"
+
+    def source_file(self, impl: str) -> Path:
+        return PROJECT_ROOT / impl / f"{self.module}.py"
+
+    @property
+    def doc_file(self) -> Path:
+        return PROJECT_ROOT / "docs" / f"{self.number:02d}_{self.slug}.md"
+
+
+CHAPTERS: tuple[Chapter, ...] = (
+    Chapter(
+        1,
+        "hello_actor",
+        "Hello, actor",
+        hints=(
+            "An endpoint is an ordinary method with @endpoint on it. It reads and "
+            "changes `self` like any method; Monarch only decides where it runs.",
+            "`this_proc()` and `this_host().spawn_procs(...)` both give you a ProcMesh, "
+            "and every ProcMesh has the same `.spawn(name, ActorClass, *args)`.",
+            "The device an actor should use is the one its own process can see: "
+            "ask `torch.cuda.is_available()` inside the endpoint, not in the caller.",
+        ),
+    ),
+    Chapter(
+        2,
+        "actor_mesh",
+        "Actor meshes and adverbs",
+        hints=(
+            "`current_rank()` answers 'where does THIS MESSAGE see me?'. For the "
+            "actor's fixed place in its mesh, use what __init__ recorded.",
+            "A mesh of N actors is N separate objects: each `add` changes only the "
+            "tally of the actor that received it.",
+            "For per-rank work, take every size-th item starting at your rank: "
+            "`numbers[rank::size]`, with rank and size from the message's view.",
+            "`mesh.endpoint.call(...)` returns a Future of a ValueMesh; "
+            "`.get(timeout=...)` it, then combine `.values()`.",
+        ),
+    ),
+)
+
+
+def find_chapter(name: str | int) -> Chapter:
+    """Look a chapter up by number (1, "1", "01", "ch01") or slug ("hello_actor")."""
+    text = str(name).strip().lower().removeprefix("ch")
+    for chapter in CHAPTERS:
+        if text in (str(chapter.number), f"{chapter.number:02d}", chapter.slug, chapter.module.removeprefix("ch")):
+            return chapter
+    known = ", ".join(f"{c.number} ({c.slug})" for c in CHAPTERS)
+    raise KeyError(f"no chapter {name!r}; the chapters are: {known}")
+
+
+def chapter_for_module(module_name: str) -> Chapter | None:
+    """The chapter whose test or source module this is (e.g. 'test_ch01_hello_actor')."""
+    for chapter in CHAPTERS:
+        if chapter.module in module_name:
+            return chapter
+    return None

@@ -1,0 +1,144 @@
+"""Chapter 02: actor meshes and adverbs.
+
+Spawning on a ProcMesh of N processes gives an ActorMesh: N actors, one per
+process, all answering to one handle. Instead of rank checks (`if rank == 0`)
+you say *who* gets a message with an adverb on the endpoint:
+
+    workers.add.call(1)        every actor; a Future of a ValueMesh of replies
+    workers.add.broadcast(1)   every actor; fire and forget, no reply
+    workers.add.call_one(1)    exactly one actor (the mesh must hold one)
+    workers.add.choose(1)      one actor, picked for you
+    workers.slice(procs=2)     a view of part of the mesh; adverbs work on it
+
+Each actor is its own object in its own process. Coordinates come in two
+kinds, and mixing them up is a classic bug:
+  - the actor's place in the mesh it was spawned on (fixed for its life), and
+  - `current_rank()`: where the *current message* sees it. A message sent
+    through a slice sees ranks 0..len(slice)-1.
+Split work by the message's view, so that a slice shares the work out among
+the actors it addresses.
+
+Your TODOs:
+  1. Worker.whoami          report both kinds of coordinates, and the pid
+  2. Worker.add             per-actor state
+  3. Worker.sum_my_share    per-rank work: this actor's share of a list
+  4. sum_of_squares         call() the whole mesh and combine the ValueMesh
+
+Check:     pytest tests/test_ch02_actor_mesh.py     (or: koans check 2)
+Run demo:  python -m solutions.ch02_actor_mesh
+Read:      docs/02_actor_mesh.md
+"""
+
+import os
+
+from monarch.actor import Actor, ProcMesh, current_rank, current_size, endpoint, this_host
+
+
+class Worker(Actor):
+    """One member of a mesh of workers: a tally and a share of the work."""
+
+    def __init__(self):
+        # During __init__, current_rank() is this actor's place in the mesh it
+        # was spawned on. Keep it: later messages may arrive through slices.
+        self.spawn_coords = dict(current_rank())
+        self.tally = 0
+
+    @endpoint
+    def whoami(self) -> dict:
+        """{"spawn_coords", "message_coords", "message_size", "pid"}.
+
+        spawn_coords: this actor's place in its mesh, e.g. {"procs": 2}.
+        message_coords / message_size: how the current message addresses it.
+        """
+        # >>> TODO(ch02): return spawn and message coordinates, the message's mesh size and the pid
+        # current_rank() behaves like a dict of coordinates; current_size() is a dict of sizes.
+        return {
+            "spawn_coords": self.spawn_coords,
+            "message_coords": dict(current_rank()),
+            "message_size": current_size(),
+            "pid": os.getpid(),
+        }
+        # <<< TODO
+
+    @endpoint
+    def add(self, amount: int) -> int:
+        """Add `amount` to this actor's tally and return the new tally."""
+        # >>> TODO(ch02): add to this actor's own tally and return it
+        self.tally += amount
+        return self.tally
+        # <<< TODO
+
+    @endpoint
+    def sum_my_share(self, numbers: list[int]) -> int:
+        """Sum of squares of this actor's share: numbers[rank::size].
+
+        rank and size are the message's view (current_rank().rank and the
+        product of current_size()), so a slice splits the list among itself.
+        """
+        # >>> TODO(ch02): square and sum every size-th number, starting at this message's rank
+        rank = current_rank().rank
+        size = 1
+        for extent in current_size().values():
+            size *= extent
+        return sum(x * x for x in numbers[rank::size])
+        # <<< TODO
+
+    @endpoint
+    def crash(self) -> None:
+        """Simulate a machine failure: the whole process dies at once."""
+        os._exit(1)
+
+
+def spawn_workers(procs: ProcMesh) -> Worker:
+    """One Worker per process of `procs`."""
+    return procs.spawn("workers", Worker)
+
+
+def sum_of_squares(workers: Worker, numbers: list[int], timeout: float = 60) -> int:
+    """Sum of x*x over `numbers`, computed in parallel by every worker in the mesh."""
+    # >>> TODO(ch02): call sum_my_share on every worker, wait for the ValueMesh, add up its values
+    partial_sums = workers.sum_my_share.call(numbers).get(timeout=timeout)
+    return sum(partial_sums.values())
+    # <<< TODO
+
+
+def main() -> None:
+    timeout = 60
+    print("Chapter 02: actor meshes and adverbs\n")
+    procs = this_host().spawn_procs(per_host={"procs": 4})
+    try:
+        workers = spawn_workers(procs)
+
+        print("call(): every actor answers; the result is a ValueMesh keyed by coordinates")
+        for point, me in workers.whoami.call().get(timeout=timeout).items():
+            print(f"  {point}  pid {me['pid']}  spawned at {me['spawn_coords']}")
+
+        print("\nbroadcast(): fire and forget. add(10) goes to all four; nothing comes back.")
+        workers.add.broadcast(10)
+        print("call_one() on a slice: add(5) to procs=2 only")
+        print(f"  procs=2 now holds {workers.slice(procs=2).add.call_one(5).get(timeout=timeout)}")
+        print("choose(): add(1) to one actor Monarch picks, three times")
+        for _ in range(3):
+            workers.add.choose(1).get(timeout=timeout)
+        tallies = workers.add.call(0).get(timeout=timeout)
+        print(f"  tallies now: {list(tallies.values())}  (10 each from broadcast, +5 on procs=2, +3 spread by choose)")
+
+        view = workers.slice(procs=slice(2, 4))
+        print("\nA slice renumbers ranks for the message, not for the actor:")
+        for point, me in view.whoami.call().get(timeout=timeout).items():
+            print(f"  message sees {me['message_coords']} of {me['message_size']}; actor was spawned at {me['spawn_coords']}")
+
+        numbers = list(range(1, 101))
+        print("\nPer-rank work: each worker squares and sums numbers[rank::size]")
+        for point, part in workers.sum_my_share.call(numbers).get(timeout=timeout).items():
+            print(f"  {point}: {part}")
+        print(f"  sum_of_squares(all 4 workers)  = {sum_of_squares(workers, numbers, timeout)}")
+        print(f"  sum_of_squares(2-worker slice) = {sum_of_squares(view, numbers, timeout)}")
+        print(f"  plain Python, one process      = {sum(x * x for x in numbers)}")
+    finally:
+        procs.stop().get(timeout=timeout)
+        print("\nStopped the four processes. Done.")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,156 @@
+"""The harness itself: stub generation, fault isolation, timeouts, process hygiene.
+
+Not a chapter: these tests do not depend on --impl. They guard the promises
+the chapters rely on: a stub that hangs fails with a pointer to its TODO, a
+dying actor cannot end the session, and no Monarch process outlives it.
+"""
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import monarch.actor
+import pytest
+
+from koans import harness
+from koans.manifest import CHAPTERS, PROJECT_ROOT, find_chapter
+from koans.runner import run_chapter
+from koans.stubgen import StubError, find_todos, make_exercise, out_of_sync
+from koans.verify import copy_project_with_one_stub
+
+SOLUTION = textwrap.dedent(
+    '''\
+    class Greeter:
+        def greet(self, who):
+            # >>> TODO(ch01): return a greeting
+            # Format: "Hello, <who>!"
+            text = f"Hello, {who}!"
+            return text
+            # <<< TODO
+
+        def other(self):
+            return 1
+
+
+    def helper():
+        # >>> TODO(ch01): return two
+        return 2
+        # <<< TODO
+    '''
+)
+
+
+def test_stubgen_replaces_regions_and_keeps_everything_else():
+    exercise = make_exercise(SOLUTION, "ch01_example.py")
+    assert exercise == textwrap.dedent(
+        '''\
+        class Greeter:
+            def greet(self, who):
+                # Format: "Hello, <who>!"
+                raise NotImplementedError("TODO(ch01): return a greeting")
+
+            def other(self):
+                return 1
+
+
+        def helper():
+            raise NotImplementedError("TODO(ch01): return two")
+        '''
+    )
+
+
+def test_stubgen_names_each_todo_by_its_function():
+    todos = find_todos(SOLUTION, "ch01_example.py")
+    assert [(t.key, t.summary, t.begin, t.end) for t in todos] == [
+        ("Greeter.greet", "return a greeting", 3, 7),
+        ("helper", "return two", 14, 16),
+    ]
+
+
+def test_stubgen_can_keep_chosen_regions_solved():
+    exercise = make_exercise(SOLUTION, "ch01_example.py", keep_solved=frozenset({"helper"}))
+    assert "return 2" in exercise and "TODO(ch01): return two" not in exercise
+    assert 'NotImplementedError("TODO(ch01): return a greeting")' in exercise
+
+
+@pytest.mark.parametrize(
+    "bad, complaint",
+    [
+        ("def f():\n    # >>> TODO(ch01): x\n    return 1\n", "never closed"),
+        ("def f():\n    return 1\n    # <<< TODO\n", "without an opening"),
+        ("def f():\n    # >>> TODO(ch02): x\n    return 1\n    # <<< TODO\n", "in a file of chapter ch01"),
+        ('def f():\n    # >>> TODO(ch01): say "hi"\n    return 1\n    # <<< TODO\n', "double quotes"),
+        ("x = 1\n# >>> TODO(ch01): x\n# only a comment\n# <<< TODO\n", "no code"),
+        ("def f():\n    # >>> TODO(ch01): a\n    # >>> TODO(ch01): b\n    return 1\n    # <<< TODO\n", "starts inside"),
+        ("def f():\n    # >>>TODO(ch01) x\n    return 1\n", "malformed"),
+    ],
+)
+def test_stubgen_rejects_malformed_markers_with_the_line(bad, complaint):
+    with pytest.raises(StubError, match=complaint) as info:
+        make_exercise(bad, "ch01_example.py")
+    assert "ch01_example.py:" in str(info.value)
+
+
+def test_exercises_are_in_sync_with_solutions():
+    stale = out_of_sync(PROJECT_ROOT / "solutions", PROJECT_ROOT / "exercises")
+    assert stale == [], f"regenerate with `python -m koans.stubgen`: {stale}"
+
+
+def test_every_chapter_has_solution_exercise_tests_doc_and_todos():
+    for chapter in CHAPTERS:
+        for path in (chapter.source_file("solutions"), chapter.source_file("exercises"), chapter.test_file, chapter.doc_file):
+            assert path.is_file(), f"{chapter.tag} is missing {path.relative_to(PROJECT_ROOT)}"
+        assert 1 <= len(harness.chapter_todos(chapter)) <= 4, f"{chapter.tag} should have 1-4 TODOs"
+
+
+def test_monarch_fault_hook_is_replaced():
+    assert monarch.actor.unhandled_fault_hook is harness.record_fault
+
+
+def test_a_stub_that_never_returns_fails_within_its_timeout_naming_the_todo(tmp_path):
+    chapter = find_chapter(1)
+    copy_project_with_one_stub(chapter, "Greeter.greet", tmp_path)
+    exercise = tmp_path / "exercises" / "ch01_hello_actor.py"
+    stub = 'raise NotImplementedError("TODO(ch01): count this greeting, then return the greeting text")'
+    assert stub in exercise.read_text()
+    # A learner's endpoint that blocks forever, and the stub message left as a comment.
+    exercise.write_text(exercise.read_text().replace(stub, f"import time; time.sleep(3600)  # {stub}"))
+
+    run = run_chapter(chapter, "exercises", root=tmp_path, extra_args=("-k", "greet_returns"),
+                      env={"KOANS_TIMEOUT": "3"}, time_limit_s=120)
+
+    assert not run.timed_out, "the test session itself must never hang"
+    [result] = run.tests
+    assert result["outcome"] == "failed"
+    assert result["note"].startswith("No reply before the timeout; check TODO(ch01): count this greeting")
+    assert "exercises/ch01_hello_actor.py:" in result["note"] and "Greeter.greet" in result["note"]
+    assert run.leftover_processes == []
+
+
+def test_a_leaked_proc_mesh_fails_the_session_and_is_killed(tmp_path):
+    copy_project_with_one_stub(find_chapter(1), "Greeter.greet", tmp_path)
+    (tmp_path / "tests" / "test_leak.py").write_text(textwrap.dedent(
+        """\
+        from monarch.actor import this_host
+        from koans.harness import procs_accept_new_actors
+
+        def test_forgets_to_stop_its_procs():
+            procs = this_host().spawn_procs(per_host={"procs": 2})
+            assert procs_accept_new_actors(procs, timeout_s=60)
+        """
+    ))
+    done = subprocess.run([sys.executable, "-m", "pytest", "tests/test_leak.py", "-q", "-p", "no:cacheprovider"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=180, env={**os.environ, "KOANS_LEAK_GRACE": "1"})
+
+    assert "1 passed" in done.stdout, done.stdout[-2000:]
+    assert done.returncode != 0, "a session that leaves Monarch processes behind must fail"
+    assert "Monarch processes left behind" in done.stdout
+    leaked = [int(pid) for pid in re.findall(r"^  pid (\d+):", done.stdout, flags=re.M)]
+    assert len(leaked) == 2, done.stdout[-2000:]
+    assert not any(harness._is_live(pid) for pid in leaked), "the leftovers were killed"
+
+
+def test_this_session_is_tagged_for_the_leftover_check():
+    assert os.environ[harness.SESSION_TAG_ENV]
