@@ -78,7 +78,10 @@ def chapter(request):
     found = chapter_for_module(request.path.stem)
     if found is None:
         raise LookupError(f"{request.path.name} is not a chapter test file (expected tests/test_chNN_<slug>.py)")
-    return harness.import_chapter(found, request.config.koans_impl)
+    try:
+        return harness.import_chapter(found, request.config.koans_impl)
+    except Exception as err:  # the learner's file does not even import: say where, briefly
+        pytest.fail(harness.import_failure_message(found, request.config.koans_impl, err), pytrace=False)
 
 
 @pytest.fixture(scope="session")

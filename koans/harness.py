@@ -28,7 +28,7 @@ from koans.stubgen import Todo, find_todos
 IMPLS = ("exercises", "solutions")
 IMPL_ENV = "KOANS_IMPL"
 SESSION_TAG_ENV = "KOANS_SESSION_TAG"
-TODO_IN_TEXT = re.compile(r"TODO\((ch\d\d)\): ([^\"'\n]+)")
+TODO_IN_TEXT = re.compile(r"TODO\((ch\d\d)\): ")
 
 # ---------------------------------------------------------------- code under test
 
@@ -63,6 +63,16 @@ def import_chapter(chapter: Chapter, impl: str):
     return module
 
 
+def import_failure_message(chapter: Chapter, impl: str, err: Exception) -> str:
+    """Why `<impl>/chNN_*.py` could not be imported, pointing at the line."""
+    path = chapter.source_file(impl).relative_to(PROJECT_ROOT)
+    if isinstance(err, SyntaxError):
+        return f"{path} does not compile: line {err.lineno}: {err.msg}\n    {(err.text or '').rstrip()}"
+    frames = [f for f in traceback.extract_tb(err.__traceback__) if Path(f.filename).name == path.name]
+    where = f":{frames[-1].lineno}" if frames else ""
+    return f"{path}{where} fails while importing: {type(err).__name__}: {err}"
+
+
 # ---------------------------------------------------------------- Monarch hygiene
 
 recorded_faults: list[object] = []
@@ -81,9 +91,15 @@ def record_fault(failure) -> None:
 
 
 def install_fault_hook() -> None:
+    """Replace Monarch's fault hook, and start Monarch's client context now.
+
+    Starting the context here prints Monarch's one-line log notice at the top
+    of the session instead of inside the captured output of some test.
+    """
     import monarch.actor
 
     monarch.actor.unhandled_fault_hook = record_fault
+    monarch.actor.context()
 
 
 def new_session_tag() -> str:
@@ -183,14 +199,12 @@ def locate(todo: Todo, impl: str) -> TodoPointer:
 def todos_named_in_text(text: str) -> list[Todo]:
     """TODOs whose stub message appears in an error's text."""
     found = []
-    for tag, summary in TODO_IN_TEXT.findall(text):
+    for tag in sorted(set(TODO_IN_TEXT.findall(text))):
         try:
             todos = chapter_todos(find_chapter(tag))
         except (KeyError, OSError):
             continue
-        for todo in todos:
-            if summary.strip().startswith(todo.summary) and todo not in found:
-                found.append(todo)
+        found += [todo for todo in todos if todo.message in text]
     return found
 
 

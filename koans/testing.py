@@ -12,4 +12,4 @@ import os
 TIMEOUT = float(os.environ.get("KOANS_TIMEOUT", "20"))
 
 #: Seconds for a first call on new processes, which may still be importing torch.
-STARTUP_TIMEOUT = 3 * TIMEOUT
+STARTUP_TIMEOUT = 2 * TIMEOUT

@@ -7,8 +7,9 @@ For maintainers and CI. Each check must hold, else the exit code is 1:
   exercises   every chapter fails against exercises/, and every failing test
               points at a TODO (no bare harness errors)
   each TODO   for every single TODO, a copy of the project in which only that
-              TODO is stubbed (all others solved) fails the chapter's tests:
-              no TODO can be skipped without a test noticing
+              TODO is stubbed (all others solved) fails the chapter's tests, and
+              the first failing test is one marked with that TODO: no TODO can
+              be skipped without a test noticing and naming it
 """
 
 from __future__ import annotations
@@ -83,9 +84,15 @@ def check_each_todo(chapter: Chapter) -> bool:
         with tempfile.TemporaryDirectory(prefix=f"koans-{chapter.tag}-") as tmp:
             copy_project_with_one_stub(chapter, todo.key, Path(tmp))
             run = run_chapter(chapter, "exercises", root=Path(tmp), extra_args=("-x",))
-        caught = [t["name"] for t in run.tests if t["outcome"] in ("failed", "error")]
-        ok &= _say(bool(caught) or run.timed_out, f"{chapter.tag} {todo.key}: stubbing only this TODO fails "
-                   + (f"{caught[0]}" if caught else "NO TEST"))
+        first = run.first_failure
+        if first is None:
+            ok &= _say(False, f"{chapter.tag} {todo.key}: stubbing only this TODO fails NO TEST")
+        else:
+            # The first failure must be a test marked with this TODO, so that its
+            # message names the right TODO and `koans` leads the learner to it.
+            named = todo.key in first["todos"]
+            ok &= _say(named, f"{chapter.tag} {todo.key}: stubbing only this TODO fails {first['name']}"
+                       + ("" if named else f", which is not marked @pytest.mark.todo({todo.key!r})"))
     return ok
 
 

@@ -1,0 +1,1 @@
+"""Chapter modules, chNN_<topic>.py. Start with docs/00_overview.md."""

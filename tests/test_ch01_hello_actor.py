@@ -1,4 +1,9 @@
-"""Chapter 01: hello, actor. Run: pytest tests/test_ch01_hello_actor.py"""
+"""Chapter 01: hello, actor. Run: pytest tests/test_ch01_hello_actor.py
+
+The tests follow the TODOs in order: greet, whereabouts, start_one_process,
+spawn_greeter. Until you write spawn_greeter, they spawn with Monarch's own
+`procs.spawn(name, ActorClass, *args)`.
+"""
 
 import asyncio
 import os
@@ -11,30 +16,33 @@ from koans.testing import STARTUP_TIMEOUT, TIMEOUT
 
 @pytest.fixture
 def remote_procs(shared_procs):
-    """One process besides this one, shared by the tests below."""
+    """One process besides this one, shared with other tests."""
     return shared_procs(procs=1)
 
 
-@pytest.mark.todo("Greeter.greet", "spawn_greeter")
+def greeter_here(chapter, name):
+    return this_proc().spawn("greeter", chapter.Greeter, name)
+
+
+@pytest.mark.todo("Greeter.greet")
 def test_greet_returns_the_greeting(chapter):
-    ada = chapter.spawn_greeter(this_proc(), "Ada")
+    ada = greeter_here(chapter, "Ada")
     reply = ada.greet.call_one("Grace").get(timeout=TIMEOUT)
     assert reply == "Hello, Grace! I am Ada (greeting #1)."
 
 
-@pytest.mark.todo("Greeter.greet", "spawn_greeter")
+@pytest.mark.todo("Greeter.greet")
 def test_state_is_kept_across_calls(chapter):
-    ada = chapter.spawn_greeter(this_proc(), "Ada")
+    ada = greeter_here(chapter, "Ada")
     replies = [ada.greet.call_one(who).get(timeout=TIMEOUT) for who in ("A", "B", "C")]
-    assert [r.rsplit("#", 1)[1] for r in replies] == ["1).", "2).", "3)."], (
-        f"each greeting should count one more than the last; got {replies}"
+    assert replies == [f"Hello, {who}! I am Ada (greeting #{n})." for n, who in enumerate("ABC", start=1)], (
+        "each greeting should count one more than the last"
     )
 
 
-@pytest.mark.todo("Greeter.greet", "spawn_greeter")
+@pytest.mark.todo("Greeter.greet")
 def test_each_actor_has_its_own_state(chapter):
-    ada = chapter.spawn_greeter(this_proc(), "Ada")
-    bob = chapter.spawn_greeter(this_proc(), "Bob")
+    ada, bob = greeter_here(chapter, "Ada"), greeter_here(chapter, "Bob")
     ada.greet.call_one("x").get(timeout=TIMEOUT)
     ada.greet.call_one("x").get(timeout=TIMEOUT)
     assert bob.greet.call_one("x").get(timeout=TIMEOUT) == "Hello, x! I am Bob (greeting #1).", (
@@ -42,44 +50,52 @@ def test_each_actor_has_its_own_state(chapter):
     )
 
 
-@pytest.mark.todo("Greeter.whereabouts", "spawn_greeter")
-def test_this_proc_runs_the_actor_in_our_own_process(chapter):
-    local = chapter.spawn_greeter(this_proc(), "Ada")
-    where = local.whereabouts.call_one().get(timeout=TIMEOUT)
-    assert where["pid"] == os.getpid()
-
-
-@pytest.mark.todo("Greeter.whereabouts", "spawn_greeter")
-def test_a_proc_mesh_runs_the_actor_in_another_process(chapter, remote_procs):
-    remote = chapter.spawn_greeter(remote_procs, "Barbara")
-    where = remote.whereabouts.call_one().get(timeout=STARTUP_TIMEOUT)
-    assert where["pid"] != os.getpid(), "an actor spawned on a new ProcMesh must run in that new process"
-    assert remote.greet.call_one("Grace").get(timeout=TIMEOUT) == "Hello, Grace! I am Barbara (greeting #1)."
-
-
-@pytest.mark.todo("Greeter.whereabouts", "spawn_greeter")
-def test_the_actor_reports_the_device_its_process_sees(chapter, remote_procs, device):
-    remote = chapter.spawn_greeter(remote_procs, "Barbara")
-    where = remote.whereabouts.call_one().get(timeout=STARTUP_TIMEOUT)
-    assert set(where) == {"pid", "host", "device"}
-    assert where["device"] == device.type
-    assert where["host"] == os.uname().nodename
-
-
-@pytest.mark.todo("Greeter.greet", "spawn_greeter")
+@pytest.mark.todo("Greeter.greet")
 def test_futures_can_be_awaited_in_async_code(chapter, remote_procs):
-    remote = chapter.spawn_greeter(remote_procs, "Barbara")
+    remote = remote_procs.spawn("greeter", chapter.Greeter, "Barbara")
     replies = asyncio.run(asyncio.wait_for(chapter.greet_twice(remote, "Edsger"), timeout=STARTUP_TIMEOUT))
     assert replies == ["Hello, Edsger! I am Barbara (greeting #1).", "Hello, Edsger! I am Barbara (greeting #2)."]
 
 
-@pytest.mark.todo("start_one_process", "spawn_greeter", "Greeter.whereabouts")
-def test_start_one_process_makes_a_new_process(chapter):
+@pytest.mark.todo("Greeter.whereabouts")
+def test_this_proc_runs_the_actor_in_our_own_process(chapter):
+    where = greeter_here(chapter, "Ada").whereabouts.call_one().get(timeout=TIMEOUT)
+    assert set(where) == {"pid", "host", "device"}
+    assert where["pid"] == os.getpid(), "this_proc() is the calling process itself"
+
+
+@pytest.mark.todo("Greeter.whereabouts")
+def test_a_proc_mesh_runs_the_actor_in_another_process(chapter, remote_procs):
+    remote = remote_procs.spawn("greeter", chapter.Greeter, "Barbara")
+    where = remote.whereabouts.call_one().get(timeout=STARTUP_TIMEOUT)
+    assert where["pid"] != os.getpid(), "an actor spawned on a new ProcMesh runs in that new process"
+    assert where["host"] == os.uname().nodename
+
+
+@pytest.mark.todo("Greeter.whereabouts")
+def test_the_actor_reports_the_device_its_process_sees(chapter, remote_procs, device):
+    remote = remote_procs.spawn("greeter", chapter.Greeter, "Barbara")
+    where = remote.whereabouts.call_one().get(timeout=STARTUP_TIMEOUT)
+    assert where["device"] == device.type, f"this machine computes on {device.type!r}"
+
+
+@pytest.mark.todo("start_one_process")
+def test_start_one_process_makes_a_mesh_of_one_new_process(chapter):
     procs = chapter.start_one_process()
     try:
         sizes = dict(procs.sizes)
         assert sizes == {"procs": 1}, f"expected a mesh of exactly one process, got dimensions {sizes}"
-        where = chapter.spawn_greeter(procs, "Remy").whereabouts.call_one().get(timeout=STARTUP_TIMEOUT)
+        where = procs.spawn("greeter", chapter.Greeter, "Remy").whereabouts.call_one().get(timeout=STARTUP_TIMEOUT)
         assert where["pid"] != os.getpid()
     finally:
         procs.stop().get(timeout=STARTUP_TIMEOUT)
+
+
+@pytest.mark.todo("spawn_greeter")
+def test_spawn_greeter_works_on_any_proc_mesh(chapter, remote_procs):
+    here = chapter.spawn_greeter(this_proc(), "Ada")
+    there = chapter.spawn_greeter(remote_procs, "Barbara")
+    assert here.greet.call_one("you").get(timeout=TIMEOUT) == "Hello, you! I am Ada (greeting #1)."
+    assert there.greet.call_one("you").get(timeout=STARTUP_TIMEOUT) == "Hello, you! I am Barbara (greeting #1)."
+    pids = {g.whereabouts.call_one().get(timeout=TIMEOUT)["pid"] for g in (here, there)}
+    assert len(pids) == 2, "the same spawn call put one greeter here and one in the other process"

@@ -4,7 +4,7 @@ import os
 import time
 
 import pytest
-from monarch._rust_bindings.monarch_hyperactor.supervision import SupervisionError
+from monarch._rust_bindings.monarch_hyperactor.supervision import SupervisionError  # not re-exported in 0.7
 
 from koans import harness
 from koans.testing import TIMEOUT

@@ -105,6 +105,12 @@ def test_every_chapter_has_solution_exercise_tests_doc_and_todos():
         assert 1 <= len(harness.chapter_todos(chapter)) <= 4, f"{chapter.tag} should have 1-4 TODOs"
 
 
+def test_an_error_text_is_traced_back_to_its_todo():
+    text = "ActorError: ...\nNotImplementedError: TODO(ch01): report this actor's pid, host name and torch device"
+    assert [todo.key for todo in harness.todos_named_in_text(text)] == ["Greeter.whereabouts"]
+    assert harness.todos_named_in_text("AssertionError: 3 != 4") == []
+
+
 def test_monarch_fault_hook_is_replaced():
     assert monarch.actor.unhandled_fault_hook is harness.record_fault
 
@@ -150,6 +156,24 @@ def test_a_leaked_proc_mesh_fails_the_session_and_is_killed(tmp_path):
     leaked = [int(pid) for pid in re.findall(r"^  pid (\d+):", done.stdout, flags=re.M)]
     assert len(leaked) == 2, done.stdout[-2000:]
     assert not any(harness._is_live(pid) for pid in leaked), "the leftovers were killed"
+
+
+@pytest.mark.gpu
+def test_gpu_marked_tests_run_only_where_cuda_is(device):
+    assert device.type == "cuda"
+
+
+def test_a_learner_file_that_does_not_compile_is_reported_with_its_line(tmp_path):
+    chapter = find_chapter(1)
+    copy_project_with_one_stub(chapter, "Greeter.greet", tmp_path)
+    exercise = tmp_path / "exercises" / "ch01_hello_actor.py"
+    exercise.write_text(exercise.read_text().replace("def start_one_process()", "def start_one_process(:"))
+
+    run = run_chapter(chapter, "exercises", root=tmp_path, extra_args=("-k", "greet_returns"), time_limit_s=120)
+
+    [result] = run.tests
+    assert result["outcome"] == "error"
+    assert "exercises/ch01_hello_actor.py does not compile: line" in result["message"]
 
 
 def test_this_session_is_tagged_for_the_leftover_check():
