@@ -45,24 +45,22 @@ def pytest_report_header(config):
 
 
 def _marked_todos(item):
-    chapter = chapter_for_module(item.path.stem)
+    """The TODOs a test names with @pytest.mark.todo(...); unknown names are an error."""
     keys = [key for mark in item.iter_markers("todo") for key in mark.args]
-    if not chapter or not keys:
+    if not keys:
         return []
-    todos = {todo.key: todo for todo in harness.chapter_todos(chapter)}
-    return [todos[key] for key in keys if key in todos]
+    chapter = chapter_for_module(item.path.stem)
+    known = {todo.key: todo for todo in harness.chapter_todos(chapter)} if chapter else {}
+    unknown = [key for key in keys if key not in known]
+    if unknown:
+        raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.todo names {unknown}, not TODOs of this chapter: {sorted(known)}")
+    return [known[key] for key in keys]
 
 
 def pytest_collection_modifyitems(config, items):
     cuda = None
     for item in items:
-        chapter = chapter_for_module(item.path.stem)
-        if chapter:
-            known = {todo.key for todo in harness.chapter_todos(chapter)}
-            for mark in item.iter_markers("todo"):
-                unknown = [key for key in mark.args if key not in known]
-                if unknown:
-                    raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.todo{unknown} names no TODO of {chapter.tag}; its TODOs: {sorted(known)}")
+        _marked_todos(item)  # fail fast on a marker that names no TODO
         if item.get_closest_marker("gpu"):
             if cuda is None:
                 import torch

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import importlib
 import os
 import re
@@ -20,6 +21,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+import monarch.actor
 from monarch.actor import Actor, endpoint
 
 from koans.manifest import PROJECT_ROOT, Chapter, find_chapter
@@ -96,8 +98,6 @@ def install_fault_hook() -> None:
     Starting the context here prints Monarch's one-line log notice at the top
     of the session instead of inside the captured output of some test.
     """
-    import monarch.actor
-
     monarch.actor.unhandled_fault_hook = record_fault
     monarch.actor.context()
 
@@ -109,7 +109,7 @@ def new_session_tag() -> str:
     return tag
 
 
-def _is_live(pid: int) -> bool:
+def is_live(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
@@ -130,7 +130,7 @@ def tagged_processes(tag: str) -> list[tuple[int, str]]:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
         except OSError:
             continue
-        if _is_live(int(entry.name)):
+        if is_live(int(entry.name)):
             found.append((int(entry.name), cmdline))
     return found
 
@@ -158,6 +158,35 @@ def leftover_processes(tag: str, grace_s: float | None = None) -> list[tuple[int
     return alive
 
 
+class _Probe(Actor):
+    @endpoint
+    def ping(self) -> bool:
+        return True
+
+
+def procs_accept_new_actors(procs, timeout_s: float = 5.0) -> bool:
+    """Can we still spawn on `procs`?
+
+    Once any actor on a ProcMesh has failed (its process died, or an exception
+    escaped a `broadcast` endpoint, which has no caller to report to), Monarch
+    refuses new spawns on that mesh.
+    """
+    try:
+        procs.spawn(f"koans_probe_{uuid.uuid4().hex[:6]}", _Probe).ping.call().get(timeout=timeout_s)
+        return True
+    except Exception:
+        return False
+
+
+def stop_procs(procs, timeout_s: float = 15.0) -> None:
+    """Stop a ProcMesh; on failure say so and leave the rest to the end-of-session check."""
+    try:
+        procs.stop().get(timeout=timeout_s)
+    except Exception as err:  # a mesh with dead processes may refuse a clean stop
+        print(f"[koans] stopping a ProcMesh failed ({type(err).__name__}: {err}); "
+              "the end-of-session check will clean up", file=sys.stderr)
+
+
 # ---------------------------------------------------------------- messages
 
 
@@ -174,6 +203,7 @@ class TodoPointer:
         return f"-> {where}  in {self.todo.key}{state}"
 
 
+@functools.lru_cache(maxsize=None)
 def chapter_todos(chapter: Chapter) -> list[Todo]:
     """The chapter's TODOs, read from the solution (the source of truth)."""
     path = chapter.source_file("solutions")
@@ -278,32 +308,3 @@ def explain_failure(excinfo, test_path: Path, marked: list[Todo], impl: str) -> 
     if marked:
         return f"This test checks:\n{pointers(marked, False)}", False
     return "", False
-
-
-class _Probe(Actor):
-    @endpoint
-    def ping(self) -> bool:
-        return True
-
-
-def procs_accept_new_actors(procs, timeout_s: float = 5.0) -> bool:
-    """Can we still spawn on `procs`?
-
-    Once any actor on a ProcMesh has failed (its process died, or an exception
-    escaped a `broadcast` endpoint, which has no caller to report to), Monarch
-    refuses new spawns on that mesh.
-    """
-    try:
-        procs.spawn(f"koans_probe_{uuid.uuid4().hex[:6]}", _Probe).ping.call().get(timeout=timeout_s)
-        return True
-    except Exception:
-        return False
-
-
-def stop_procs(procs, timeout_s: float = 15.0) -> None:
-    """Stop a ProcMesh; on failure say so and leave the rest to the end-of-session check."""
-    try:
-        procs.stop().get(timeout=timeout_s)
-    except Exception as err:  # a mesh with dead processes may refuse a clean stop
-        print(f"[koans] stopping a ProcMesh failed ({type(err).__name__}: {err}); "
-              "the end-of-session check will clean up", file=sys.stderr)

@@ -155,7 +155,7 @@ def test_a_leaked_proc_mesh_fails_the_session_and_is_killed(tmp_path):
     assert "Monarch processes left behind" in done.stdout
     leaked = [int(pid) for pid in re.findall(r"^  pid (\d+):", done.stdout, flags=re.M)]
     assert len(leaked) == 2, done.stdout[-2000:]
-    assert not any(harness._is_live(pid) for pid in leaked), "the leftovers were killed"
+    assert not any(harness.is_live(pid) for pid in leaked), "the leftovers were killed"
 
 
 @pytest.mark.gpu
