@@ -7,6 +7,9 @@
 - Monarch hygiene: a crashing actor process must not end the session, process
   death is detected in about a second, and no Monarch process may outlive the
   session (checked at the end; a leftover fails the run).
+- Nothing hangs: every test body has a time limit (120 s, or
+  @pytest.mark.time_limit(s), or $KOANS_TEST_TIME_LIMIT) on top of the
+  timeouts of its own waits.
 - Failures point at the TODO behind them (see koans/harness.py).
 """
 
@@ -137,6 +140,15 @@ def fresh_procs():
     yield make
     for procs in made:
         harness.stop_procs(procs)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """Every test body runs under a time limit, a backstop for waits without a timeout."""
+    marker = item.get_closest_marker("time_limit")
+    limit = marker.args[0] if marker else float(os.environ.get("KOANS_TEST_TIME_LIMIT", "120"))
+    with harness.time_limit(limit):
+        return (yield)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import functools
 import importlib
 import os
 import re
 import signal
 import sys
+import threading
 import time
 import traceback
 import uuid
@@ -158,6 +160,33 @@ def leftover_processes(tag: str, grace_s: float | None = None) -> list[tuple[int
     return alive
 
 
+class TestTimeLimit(TimeoutError):
+    """A test ran past its time limit: something in it waited without a timeout."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float):
+    """Raise TestTimeLimit in this (main) thread if the block runs past `seconds`.
+
+    A backstop for waits that have no timeout of their own, such as a
+    `.get()` in a learner's code. SIGALRM interrupts Monarch's waits too.
+    """
+    if seconds <= 0 or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum, frame):
+        raise TestTimeLimit(f"the test ran past its {seconds:g} s time limit and was stopped")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 class _Probe(Actor):
     @endpoint
     def ping(self) -> bool:
@@ -295,6 +324,12 @@ def explain_failure(excinfo, test_path: Path, marked: list[Todo], impl: str) -> 
             f"{at_test}\nAn earlier crash, or an exception inside a broadcast endpoint (which has no caller "
             "to report to, so it fails the actor), marks the whole mesh as failed. Spawn on a fresh ProcMesh."
             + (f"\nThis test checks:\n{pointers(marked, False)}" if marked else ""),
+            True,
+        )
+    if isinstance(exc, TestTimeLimit):
+        return (
+            f"{exc}{at_test}\nA wait with no timeout never ended: look for a `.get()` without `timeout=`, "
+            f"or an `await` on a call that never returns. This test checks:\n{pointers(marked, False)}",
             True,
         )
     if isinstance(exc, (TimeoutError, asyncio.TimeoutError, concurrent.futures.TimeoutError)):

@@ -135,6 +135,27 @@ def test_a_stub_that_never_returns_fails_within_its_timeout_naming_the_todo(tmp_
     assert run.leftover_processes == []
 
 
+def test_a_wait_without_timeout_is_stopped_by_the_test_time_limit(tmp_path):
+    chapter = find_chapter(2)
+    copy_project_with_one_stub(chapter, "sum_of_squares", tmp_path)
+    exercise = tmp_path / "exercises" / "ch02_actor_mesh.py"
+    text = exercise.read_text()
+    # A learner's sum_of_squares that waits with no timeout, on workers that never answer.
+    text = text.replace('raise NotImplementedError("TODO(ch02): call sum_my_share on every worker, wait for the ValueMesh, add up its values")',
+                        "return sum(workers.sum_my_share.call(numbers).get().values())")
+    text = text.replace("rank = current_rank().rank", "import time; time.sleep(3600); rank = current_rank().rank")
+    exercise.write_text(text)
+
+    run = run_chapter(chapter, "exercises", root=tmp_path, extra_args=("-k", "sum_of_squares_combines"),
+                      env={"KOANS_TEST_TIME_LIMIT": "5"}, time_limit_s=120)
+
+    assert not run.timed_out
+    [result] = run.tests
+    assert result["outcome"] == "failed"
+    assert result["note"].startswith("the test ran past its 5 s time limit and was stopped")
+    assert "TODO(ch02): call sum_my_share on every worker" in result["note"]
+
+
 def test_a_leaked_proc_mesh_fails_the_session_and_is_killed(tmp_path):
     copy_project_with_one_stub(find_chapter(1), "Greeter.greet", tmp_path)
     (tmp_path / "tests" / "test_leak.py").write_text(textwrap.dedent(
