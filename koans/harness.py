@@ -267,7 +267,7 @@ def todos_named_in_text(text: str) -> list[Todo]:
     return found
 
 
-def _error_text(exc: BaseException) -> str:
+def error_text(exc: BaseException) -> str:
     """The exception, its remote original (Monarch's ActorError.exception) and its causes."""
     parts, seen = [], set()
     while exc is not None and id(exc) not in seen:
@@ -298,7 +298,7 @@ def explain_failure(excinfo, test_path: Path, marked: list[Todo], impl: str) -> 
     traceback; any other failure keeps its traceback and gets the pointer added.
     """
     exc = excinfo.value
-    text = _error_text(exc)
+    text = error_text(exc)
     at_test = _test_line(excinfo, test_path)
     at_test = f"\n  failing line: {at_test}" if at_test else ""
 

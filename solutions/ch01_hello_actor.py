@@ -30,6 +30,7 @@ import os
 import socket
 
 import torch
+from koans.demo import run_demo
 from monarch.actor import Actor, ProcMesh, endpoint, this_host, this_proc
 
 
@@ -115,8 +116,8 @@ def main() -> None:
             print(f"         -> {greeter.greet.call_one('you').get(timeout=timeout)}")
     finally:
         procs.stop().get(timeout=timeout)
-        print("\nStopped the new process. Done.")
+        print("\nStopped the new process.")
 
 
 if __name__ == "__main__":
-    main()
+    run_demo(main)

@@ -31,6 +31,7 @@ Read:      docs/02_actor_mesh.md
 
 import os
 
+from koans.demo import run_demo
 from monarch.actor import Actor, ProcMesh, current_rank, current_size, endpoint, this_host
 
 
@@ -97,6 +98,7 @@ def spawn_workers(procs: ProcMesh) -> Worker:
 def sum_of_squares(workers: Worker, numbers: list[int], timeout: float = 60) -> int:
     """Sum of x*x over `numbers`, computed in parallel by every worker in the mesh."""
     # >>> TODO(ch02): call sum_my_share on every worker, wait for the ValueMesh, add up its values
+    # Wait with .get(timeout=timeout): a worker that never answers must not hang the caller.
     partial_sums = workers.sum_my_share.call(numbers).get(timeout=timeout)
     return sum(partial_sums.values())
     # <<< TODO
@@ -137,8 +139,8 @@ def main() -> None:
         print(f"  plain Python, one process      = {sum(x * x for x in numbers)}")
     finally:
         procs.stop().get(timeout=timeout)
-        print("\nStopped the four processes. Done.")
+        print("\nStopped the four processes.")
 
 
 if __name__ == "__main__":
-    main()
+    run_demo(main)

@@ -1,0 +1,25 @@
+"""Run a chapter's demo; if it reaches a TODO you have not written, say which."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Callable
+
+from koans.harness import error_text, locate, todos_named_in_text
+
+
+def run_demo(main: Callable[[], None]) -> None:
+    """Call `main()`. A stub it runs into ends the demo with a pointer, not a traceback."""
+    try:
+        main()
+    except Exception as err:
+        todos = todos_named_in_text(error_text(err))
+        if not todos:
+            raise
+        impl = Path(main.__code__.co_filename).parent.name  # "exercises" or "solutions"
+        print(f"\nThe demo stopped at a TODO that is not written yet:\n  {todos[0].message}\n"
+              f"  {locate(todos[0], impl).describe()}\n"
+              f"Write it (koans check {int(todos[0].chapter[2:])} tells you when it is right), then run the demo again.",
+              file=sys.stderr)
+        sys.exit(1)
