@@ -19,7 +19,7 @@ def run_demo(main: Callable[[], None]) -> None:
             raise
         impl = Path(main.__code__.co_filename).parent.name  # "exercises" or "solutions"
         print(f"\nThe demo stopped at a TODO that is not written yet:\n  {todos[0].message}\n"
-              f"  {locate(todos[0], impl).describe()}\n"
+              f"  at {locate(todos[0], impl)}\n"
               f"Write it (koans check {int(todos[0].chapter[2:])} tells you when it is right), then run the demo again.",
               file=sys.stderr)
         sys.exit(1)

@@ -20,7 +20,6 @@ import threading
 import time
 import traceback
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 
 import monarch.actor
@@ -219,19 +218,6 @@ def stop_procs(procs, timeout_s: float = 15.0) -> None:
 # ---------------------------------------------------------------- messages
 
 
-@dataclass
-class TodoPointer:
-    todo: Todo
-    path: Path
-    line: int
-    stubbed: bool  # the `raise NotImplementedError` is still there
-
-    def describe(self) -> str:
-        where = f"{self.path.relative_to(PROJECT_ROOT)}:{self.line}"
-        state = "" if self.stubbed else "  (you have started on this one)"
-        return f"-> {where}  in {self.todo.key}{state}"
-
-
 @functools.lru_cache(maxsize=None)
 def chapter_todos(chapter: Chapter) -> list[Todo]:
     """The chapter's TODOs, read from the solution (the source of truth)."""
@@ -239,20 +225,22 @@ def chapter_todos(chapter: Chapter) -> list[Todo]:
     return find_todos(path.read_text(), str(path))
 
 
-def locate(todo: Todo, impl: str) -> TodoPointer:
-    """Where the learner finds this TODO now, in the implementation under test."""
-    chapter = find_chapter(todo.chapter)
-    path = chapter.source_file(impl)
+def locate(todo: Todo, impl: str) -> str:
+    """Where the learner finds this TODO now: 'exercises/ch01_x.py:42  (Greeter.greet)'.
+
+    The line of the stub's `raise` while it is there, else the line of the
+    function that held it (the learner has started on it).
+    """
+    path = find_chapter(todo.chapter).source_file(impl)
     lines = path.read_text().splitlines()
     stub = f'NotImplementedError("{todo.message}")'
-    for number, line in enumerate(lines, start=1):
-        if stub in line:
-            return TodoPointer(todo, path, number, stubbed=True)
     name = todo.key.split("#")[0].split(".")[-1]
-    for number, line in enumerate(lines, start=1):
-        if re.match(rf"\s*(async\s+)?def {re.escape(name)}\b", line):
-            return TodoPointer(todo, path, number, stubbed=False)
-    return TodoPointer(todo, path, 1, stubbed=False)
+    line = next((n for n, text in enumerate(lines, 1) if stub in text), None)
+    started = ""
+    if line is None:
+        started = ", changed by you"
+        line = next((n for n, text in enumerate(lines, 1) if re.match(rf"\s*(async\s+)?def {re.escape(name)}\b", text)), 1)
+    return f"{path.relative_to(PROJECT_ROOT)}:{line}  ({todo.key}{started})"
 
 
 def todos_named_in_text(text: str) -> list[Todo]:
@@ -300,21 +288,20 @@ def explain_failure(excinfo, test_path: Path, marked: list[Todo], impl: str) -> 
     exc = excinfo.value
     text = error_text(exc)
     at_test = _test_line(excinfo, test_path)
-    at_test = f"\n  failing line: {at_test}" if at_test else ""
+    at_test = f"\n  from {at_test}" if at_test else ""
 
-    def pointers(todos: list[Todo], headline_names_first: bool) -> str:
-        lines = []
-        for number, todo in enumerate(todos):
-            if number or not headline_names_first:
-                lines.append(f"  {todo.message}")
-            lines.append(f"    {locate(todo, impl).describe()}")
-        return "\n".join(lines) or "  (this test names no TODO)"
+    def checks(todos: list[Todo]) -> str:
+        listed = "\n".join(f"  {todo.message}\n    at {locate(todo, impl)}" for todo in todos)
+        return f"This test checks:\n{listed}" if todos else "This test names no TODO."
 
     if "NotImplementedError" in text and TODO_IN_TEXT.search(text):
         todos = todos_named_in_text(text) or marked
-        inside = "\n  (raised inside an actor, in the actor's process)" if "ActorError" in text or "Supervision" in text else ""
+        if not todos:
+            return "", False
+        remote = "; raised in the actor, sent back to the caller" if "ActorError" in text or "Supervision" in text else ""
+        also = "".join(f"\n  also not written: {todo.message}\n    at {locate(todo, impl)}" for todo in todos[1:])
         return (
-            f"Not written yet: {todos[0].message if todos else 'a TODO'}\n{pointers(todos, True)}{inside}{at_test}\n"
+            f"Not written yet: {todos[0].message}\n  at   {locate(todos[0], impl)}{remote}{at_test}{also}\n"
             "Write that part, then run this chapter again.",
             True,
         )
@@ -323,13 +310,13 @@ def explain_failure(excinfo, test_path: Path, marked: list[Todo], impl: str) -> 
             "Monarch refused to spawn on a ProcMesh that already had a failed actor."
             f"{at_test}\nAn earlier crash, or an exception inside a broadcast endpoint (which has no caller "
             "to report to, so it fails the actor), marks the whole mesh as failed. Spawn on a fresh ProcMesh."
-            + (f"\nThis test checks:\n{pointers(marked, False)}" if marked else ""),
+            + (f"\n{checks(marked)}" if marked else ""),
             True,
         )
     if isinstance(exc, TestTimeLimit):
         return (
             f"{exc}{at_test}\nA wait with no timeout never ended: look for a `.get()` without `timeout=`, "
-            f"or an `await` on a call that never returns. This test checks:\n{pointers(marked, False)}",
+            f"or an `await` on a call that never returns.\n{checks(marked)}",
             True,
         )
     if isinstance(exc, (TimeoutError, asyncio.TimeoutError, concurrent.futures.TimeoutError)):
@@ -337,9 +324,9 @@ def explain_failure(excinfo, test_path: Path, marked: list[Todo], impl: str) -> 
         return (
             f"No reply before the timeout{first}{at_test}\n"
             "A call this test made never returned. A stub that blocks, or waits for something that "
-            f"never happens, is the usual cause. This test checks:\n{pointers(marked, False)}",
+            f"never happens, is the usual cause.\n{checks(marked)}",
             True,
         )
     if marked:
-        return f"This test checks:\n{pointers(marked, False)}", False
+        return checks(marked), False
     return "", False
