@@ -1,0 +1,10 @@
+"""The koans runner and test plumbing: nothing in here is an exercise.
+
+  manifest   the chapters, their files and hints
+  stubgen    writes exercises/ from the TODO regions of solutions/
+  harness    what conftest.py uses: code under test, Monarch hygiene, failure notes
+  testing    timeouts the chapter tests share
+  runner     runs a chapter's tests in a subprocess (for the CLI and verify)
+  cli        the `koans` command; verify: `koans verify`
+  demo       runs a chapter demo, pointing at unwritten TODOs
+"""
