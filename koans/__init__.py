@@ -5,6 +5,8 @@
   harness    what conftest.py uses: code under test, Monarch hygiene, failure notes
   testing    timeouts the chapter tests share
   runner     runs a chapter's tests in a subprocess (for the CLI and verify)
-  cli        the `koans` command; verify: `koans verify`
+  results    per-test JSON written by pytest for the runner
+  cli        the `koans` command
+  verify     `koans verify`: every chapter gates its TODOs
   demo       runs a chapter demo, pointing at unwritten TODOs
 """
