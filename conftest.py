@@ -154,14 +154,15 @@ def pytest_runtest_call(item):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
     report = yield
+    todos = _marked_todos(item)
     if report.failed and call.excinfo is not None:
-        text, replace = harness.explain_failure(call.excinfo, item.path, _marked_todos(item), item.config.koans_impl)
+        text, replace = harness.explain_failure(call.excinfo, item.path, todos, item.config.koans_impl)
         report.koans_note = text
         if text and replace and not item.config.getoption("--koans-tracebacks"):
             report.longrepr = text
         elif text:
             report.sections.append(("koans: where to look", text))
-    item.config.koans_results.add(item, report)
+    item.config.koans_results.add(item.name, report, [todo.key for todo in todos])
     return report
 
 
