@@ -25,11 +25,10 @@ from pathlib import Path
 import monarch.actor
 from monarch.actor import Actor, endpoint
 
-from koans.manifest import PROJECT_ROOT, Chapter, find_chapter
+from koans.manifest import IMPL_ENV, PROJECT_ROOT, Chapter, find_chapter
 from koans.stubgen import Todo, find_todos
 
 IMPLS = ("exercises", "solutions")
-IMPL_ENV = "KOANS_IMPL"
 SESSION_TAG_ENV = "KOANS_SESSION_TAG"
 TODO_IN_TEXT = re.compile(r"TODO\((ch\d\d)\): ")
 

@@ -12,6 +12,9 @@ from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
+#: Environment variable naming the code under test ("exercises" or "solutions").
+IMPL_ENV = "KOANS_IMPL"
+
 
 @dataclass(frozen=True)
 class Chapter:

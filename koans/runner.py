@@ -15,7 +15,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from koans.manifest import PROJECT_ROOT, Chapter
+from koans.manifest import IMPL_ENV, PROJECT_ROOT, Chapter
 
 CHAPTER_TIME_LIMIT_S = float(os.environ.get("KOANS_CHAPTER_TIME_LIMIT", "600"))
 
@@ -64,7 +64,7 @@ def run_chapter(
             f"--impl={impl}", f"--koans-json={report}", "-q", "-p", "no:cacheprovider", *extra_args,
         ]
         run_env = {**os.environ, **(env or {})}
-        run_env.pop("KOANS_IMPL", None)
+        run_env.pop(IMPL_ENV, None)  # the --impl option decides
         try:
             done = subprocess.run(command, cwd=root, env=run_env, capture_output=True, text=True, timeout=time_limit_s)
         except subprocess.TimeoutExpired as expired:

@@ -86,7 +86,8 @@ def check_each_todo(chapter: Chapter) -> bool:
             run = run_chapter(chapter, "exercises", root=Path(tmp), extra_args=("-x",))
         first = run.first_failure
         if first is None:
-            ok &= _say(False, f"{chapter.tag} {todo.key}: stubbing only this TODO fails NO TEST")
+            outcome = "timed out before any test failed" if run.timed_out else "fails NO TEST"
+            ok &= _say(False, f"{chapter.tag} {todo.key}: stubbing only this TODO {outcome}")
         else:
             # The first failure must be a test marked with this TODO, so that its
             # message names the right TODO and `koans` leads the learner to it.

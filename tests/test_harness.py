@@ -115,14 +115,27 @@ def test_monarch_fault_hook_is_replaced():
     assert monarch.actor.unhandled_fault_hook is harness.record_fault
 
 
+def learner_copy(tmp_path, chapter, stubbed_key, edits):
+    """A copy of the project where only `stubbed_key` is stubbed, then edited as a learner
+    would: each (old, new) must be found in the chapter's exercise file."""
+    copy_project_with_one_stub(chapter, stubbed_key, tmp_path)
+    exercise = tmp_path / "exercises" / f"{chapter.module}.py"
+    text = exercise.read_text()
+    for old, new in edits:
+        assert old in text, f"the test expects {old!r} in {exercise.name}"
+        text = text.replace(old, new)
+    exercise.write_text(text)
+
+
+def stub_of(chapter, key):
+    return next(todo for todo in harness.chapter_todos(chapter) if todo.key == key).stub_line.strip()
+
+
 def test_a_stub_that_never_returns_fails_within_its_timeout_naming_the_todo(tmp_path):
     chapter = find_chapter(1)
-    copy_project_with_one_stub(chapter, "Greeter.greet", tmp_path)
-    exercise = tmp_path / "exercises" / "ch01_hello_actor.py"
-    stub = 'raise NotImplementedError("TODO(ch01): count this greeting, then return the greeting text")'
-    assert stub in exercise.read_text()
+    stub = stub_of(chapter, "Greeter.greet")
     # A learner's endpoint that blocks forever, and the stub message left as a comment.
-    exercise.write_text(exercise.read_text().replace(stub, f"import time; time.sleep(3600)  # {stub}"))
+    learner_copy(tmp_path, chapter, "Greeter.greet", [(stub, f"import time; time.sleep(3600)  # {stub}")])
 
     run = run_chapter(chapter, "exercises", root=tmp_path, extra_args=("-k", "greet_returns"),
                       env={"KOANS_TIMEOUT": "3"}, time_limit_s=120)
@@ -137,14 +150,11 @@ def test_a_stub_that_never_returns_fails_within_its_timeout_naming_the_todo(tmp_
 
 def test_a_wait_without_timeout_is_stopped_by_the_test_time_limit(tmp_path):
     chapter = find_chapter(2)
-    copy_project_with_one_stub(chapter, "sum_of_squares", tmp_path)
-    exercise = tmp_path / "exercises" / "ch02_actor_mesh.py"
-    text = exercise.read_text()
     # A learner's sum_of_squares that waits with no timeout, on workers that never answer.
-    text = text.replace('raise NotImplementedError("TODO(ch02): call sum_my_share on every worker, wait for the ValueMesh, add up its values")',
-                        "return sum(workers.sum_my_share.call(numbers).get().values())")
-    text = text.replace("rank = current_rank().rank", "import time; time.sleep(3600); rank = current_rank().rank")
-    exercise.write_text(text)
+    learner_copy(tmp_path, chapter, "sum_of_squares", [
+        (stub_of(chapter, "sum_of_squares"), "return sum(workers.sum_my_share.call(numbers).get().values())"),
+        ("rank = current_rank().rank", "import time; time.sleep(3600); rank = current_rank().rank"),
+    ])
 
     run = run_chapter(chapter, "exercises", root=tmp_path, extra_args=("-k", "sum_of_squares_combines"),
                       env={"KOANS_TEST_TIME_LIMIT": "5"}, time_limit_s=120)
@@ -186,9 +196,7 @@ def test_gpu_marked_tests_run_only_where_cuda_is(device):
 
 def test_a_learner_file_that_does_not_compile_is_reported_with_its_line(tmp_path):
     chapter = find_chapter(1)
-    copy_project_with_one_stub(chapter, "Greeter.greet", tmp_path)
-    exercise = tmp_path / "exercises" / "ch01_hello_actor.py"
-    exercise.write_text(exercise.read_text().replace("def start_one_process()", "def start_one_process(:"))
+    learner_copy(tmp_path, chapter, "Greeter.greet", [("def start_one_process()", "def start_one_process(:")])
 
     run = run_chapter(chapter, "exercises", root=tmp_path, extra_args=("-k", "greet_returns"), time_limit_s=120)
 
