@@ -73,6 +73,20 @@ CHAPTERS: tuple[Chapter, ...] = (
             "`.get(timeout=...)` it, then combine `.values()`.",
         ),
     ),
+    Chapter(
+        3,
+        "rdma_transfer",
+        "RDMA transfer: the magic pointer",
+        hints=(
+            "RDMABuffer can only point at one flat, contiguous, non-empty block of memory. "
+            "Check tensor.dim(), tensor.is_contiguous() and tensor.numel() before wrapping, "
+            "and say in the error what to pass instead (tensor.view(-1), tensor.contiguous()).",
+            "RDMA copies raw bytes: the destination must have the handle's dtype and element "
+            "count, 1-D and contiguous. Then `await handle.buffer.read_into(destination, timeout=timeout)`.",
+            "An endpoint's return value is pickled into the reply. Returning the tensor itself "
+            "sends every byte; that is the contrast the chapter wants you to see.",
+        ),
+    ),
 )
 
 

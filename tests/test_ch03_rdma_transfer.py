@@ -1,0 +1,144 @@
+"""Chapter 03: RDMA transfer. Run: pytest tests/test_ch03_rdma_transfer.py"""
+
+import asyncio
+
+import pytest
+import torch
+
+from koans.testing import STARTUP_TIMEOUT, TIMEOUT
+
+SMALL = 4096  # elements: big enough to be more than one packet, small enough to be quick
+
+
+@pytest.fixture(scope="module")
+def procs(shared_procs):
+    return shared_procs(procs=2)
+
+
+@pytest.fixture
+def owner_and_reader(chapter, procs, request):
+    """An owner on procs=0 and a reader on procs=1, sized SMALL, float32."""
+    name = request.node.name.replace("[", "_").replace("]", "")
+    owner = procs.slice(procs=0).spawn(f"owner_{name}", chapter.TensorOwner, SMALL)
+    reader = procs.slice(procs=1).spawn(f"reader_{name}", chapter.Reader, SMALL)
+    return owner, reader
+
+
+# --- TODO 1: expose -----------------------------------------------------------
+
+
+@pytest.mark.todo("expose")
+def test_the_handle_is_tiny_next_to_the_payload(chapter, procs):
+    numel = 16 * 1024 * 1024  # 64 MiB of float32
+    owner = procs.slice(procs=0).spawn("big_owner", chapter.TensorOwner, numel)
+    handle = owner.handle.call_one().get(timeout=STARTUP_TIMEOUT)
+    assert isinstance(handle, chapter.TensorHandle)
+    assert (handle.numel, handle.dtype, handle.nbytes) == (numel, torch.float32, 64 * 2**20)
+    size = chapter.message_bytes(handle)
+    assert size < 1024, f"a handle to 64 MiB should pickle to well under 1 KiB, got {size} bytes"
+
+
+@pytest.mark.todo("expose")
+@pytest.mark.parametrize(
+    "bad, error, words",
+    [
+        (torch.zeros(4, 8), ValueError, "1-D"),
+        (torch.zeros(16)[::2], ValueError, "contiguous"),
+        (torch.zeros(0), ValueError, "empty"),
+        ([1.0, 2.0], TypeError, "torch.Tensor"),
+    ],
+    ids=["2-D", "strided", "empty", "list"],
+)
+def test_expose_explains_what_it_cannot_point_at(chapter, bad, error, words):
+    with pytest.raises(error, match=words) as caught:
+        chapter.expose(bad)
+    if error is ValueError and words != "empty":
+        assert "view(-1)" in str(caught.value) or "contiguous()" in str(caught.value), (
+            "the message should say what to expose instead"
+        )
+
+
+@pytest.mark.todo("expose")
+def test_a_flat_view_of_a_matrix_is_accepted_and_shares_its_memory(chapter):
+    matrix = torch.arange(12, dtype=torch.float64).reshape(3, 4)
+    handle = chapter.expose(matrix.view(-1))
+    assert (handle.numel, handle.dtype, handle.nbytes) == (12, torch.float64, 96)
+
+
+# --- TODO 2: pull_into ----------------------------------------------------------
+
+
+@pytest.mark.todo("pull_into")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.uint8], ids=str)
+def test_the_bytes_arrive_equal(chapter, procs, dtype):
+    kind = str(dtype).removeprefix("torch.")
+    owner = procs.slice(procs=0).spawn(f"owner_{kind}", chapter.TensorOwner, SMALL, dtype, 7)
+    reader = procs.slice(procs=1).spawn(f"reader_{kind}", chapter.Reader, SMALL, dtype)
+    handle = owner.handle.call_one().get(timeout=STARTUP_TIMEOUT)
+    pulled = reader.pull.call_one(handle).get(timeout=TIMEOUT)
+    assert pulled == owner.fingerprint.call_one().get(timeout=TIMEOUT), f"the {kind} bytes the reader holds differ from the owner's"
+
+
+@pytest.mark.todo("pull_into")
+def test_the_client_can_pull_too(chapter, owner_and_reader):
+    owner, _ = owner_and_reader
+    handle = owner.handle.call_one().get(timeout=STARTUP_TIMEOUT)
+    destination = torch.full((SMALL,), float("nan"))
+    returned = asyncio.run(chapter.pull_into(handle, destination, timeout=int(TIMEOUT)))
+    assert returned is destination, "pull_into fills the caller's tensor and returns it (no new allocation)"
+    assert chapter.fingerprint(destination) == owner.fingerprint.call_one().get(timeout=TIMEOUT)
+
+
+@pytest.mark.todo("pull_into")
+def test_a_reread_sees_in_place_updates(owner_and_reader):
+    owner, reader = owner_and_reader
+    handle = owner.handle.call_one().get(timeout=STARTUP_TIMEOUT)
+    before = reader.pull.call_one(handle).get(timeout=TIMEOUT)
+    after_update = owner.add_.call_one(1.0).get(timeout=TIMEOUT)
+    assert after_update != before
+    assert reader.pull.call_one(handle).get(timeout=TIMEOUT) == after_update, (
+        "the same handle, read again, must show the owner's memory as it is now"
+    )
+
+
+@pytest.mark.todo("pull_into")
+@pytest.mark.parametrize(
+    "destination, words",
+    [
+        (torch.empty(8, dtype=torch.float16), "dtype"),
+        (torch.empty(7), "7 elements"),
+        (torch.empty(2, 4), "1-D"),
+        (torch.empty(16)[::2], "contiguous"),
+    ],
+    ids=["wrong-dtype", "wrong-size", "2-D", "strided"],
+)
+def test_pull_into_explains_a_wrong_destination(chapter, destination, words):
+    handle = chapter.expose(torch.arange(8, dtype=torch.float32))
+    with pytest.raises(ValueError, match=words) as caught:
+        asyncio.run(chapter.pull_into(handle, destination, timeout=int(TIMEOUT)))
+    assert "torch.empty(8, dtype=torch.float32)" in str(caught.value), "the message should say what to allocate"
+
+
+# --- TODO 3: TensorOwner.send_copy ------------------------------------------------
+
+
+@pytest.mark.todo("TensorOwner.send_copy")
+def test_a_message_carries_every_byte(chapter, owner_and_reader):
+    owner, _ = owner_and_reader
+    copy = owner.send_copy.call_one().get(timeout=STARTUP_TIMEOUT)
+    assert isinstance(copy, torch.Tensor) and copy.shape == (SMALL,)
+    assert chapter.fingerprint(copy) == owner.fingerprint.call_one().get(timeout=TIMEOUT)
+    handle = owner.handle.call_one().get(timeout=TIMEOUT)
+    assert chapter.message_bytes(copy) >= SMALL * 4 > chapter.message_bytes(handle), (
+        "the copy pickles every byte; the handle does not"
+    )
+
+
+@pytest.mark.todo("TensorOwner.send_copy")
+def test_a_copy_is_a_snapshot_and_a_handle_is_a_pointer(chapter, owner_and_reader):
+    owner, reader = owner_and_reader
+    handle = owner.handle.call_one().get(timeout=STARTUP_TIMEOUT)
+    copy = owner.send_copy.call_one().get(timeout=TIMEOUT)
+    updated = owner.add_.call_one(2.5).get(timeout=TIMEOUT)
+    assert chapter.fingerprint(copy) != updated, "the copy was taken before the update and does not change"
+    assert reader.pull.call_one(handle).get(timeout=TIMEOUT) == updated, "the handle reads the memory as it is now"
