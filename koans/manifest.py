@@ -87,6 +87,20 @@ CHAPTERS: tuple[Chapter, ...] = (
             "sends every byte; that is the contrast the chapter wants you to see.",
         ),
     ),
+    Chapter(
+        7,
+        "weight_sync",
+        "Weight sync without process groups",
+        hints=(
+            "stage: loop over layout.entries (not the state dict: tied weights have one "
+            "entry) and copy_ each tensor into entry_view(slot, entry), non_blocking=True.",
+            "publish: ask the store for a slot with claim(). None means every slot is "
+            "busy: count a skip and return None at once. Otherwise _start_staging() and "
+            "remember the version. Waiting for readers here is the bug this chapter is about.",
+            "pull_and_load: acquire(self.version) returns None when nothing is newer. "
+            "Release the lease in a `finally:` so a failed load cannot block the trainer's slot.",
+        ),
+    ),
 )
 
 

@@ -10,8 +10,9 @@ from koans.testing import STARTUP_TIMEOUT, TIMEOUT
 SMALL = 4096  # elements: big enough to be more than one packet, small enough to be quick
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def procs(shared_procs):
+    """Shared across tests; replaced by a fresh mesh if an earlier test broke it."""
     return shared_procs(procs=2)
 
 
