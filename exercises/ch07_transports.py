@@ -172,6 +172,9 @@ class StagingSlot:
         else:
             self.path = os.path.join(_shm_dir(), f"koans-weights-{os.getpid()}-{uuid.uuid4().hex[:8]}")
             self.flat = torch.from_file(self.path, shared=True, size=nbytes, dtype=torch.uint8)
+            # Touch every page now: the OS then allocates the shared memory here, once, instead of
+            # during the first publish, and a /dev/shm too small for it fails now, not mid-training.
+            self.flat.zero_()
             if pin:
                 self.pinned = _pin_in_place(self.flat)
             offers["shm"] = ShmOffer(socket.gethostname(), self.path, nbytes)
@@ -253,7 +256,7 @@ class SourceCache:
     def open(self, offer, total_bytes: int):
         if isinstance(offer, RdmaOffer):
             if self.landing is None or self.landing.numel() != total_bytes:
-                self.landing = torch.empty(total_bytes, dtype=torch.uint8)
+                self.landing = torch.zeros(total_bytes, dtype=torch.uint8)  # zeros: pages touched once, here
             return _RdmaSource(offer, self.landing, self.timeout)
         if isinstance(offer, ShmOffer):
             key = offer.path

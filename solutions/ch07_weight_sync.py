@@ -37,7 +37,7 @@ Your TODOs:
   2. WeightPublisher.publish      claim a slot, stage in the background, count the version
   3. SnapshotReader.pull_and_load acquire a lease, load, always release
 
-Given code to read next: solutions/ch07_transports.py (byte layout; shm, CUDA IPC, RDMA).
+Given code to read next: ch07_transports.py, beside this file (byte layout; shm, CUDA IPC, RDMA).
 
 Check:     pytest tests/test_ch07_weight_sync.py     (or: koans check 7)
 Run demo:  python -m solutions.ch07_weight_sync      (benchmark: add --bench)
