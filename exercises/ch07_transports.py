@@ -192,10 +192,13 @@ class StagingSlot:
 
 def _pin_in_place(flat: torch.Tensor) -> bool:
     """Page-lock shared memory so the GPU can copy into it at full speed (cudaHostRegister)."""
-    cudart = torch.cuda.cudart()
-    error = cudart.cudaHostRegister(flat.data_ptr(), flat.numel(), 0)
-    if error != cudart.cudaError.success:
-        warnings.warn(f"could not pin the staging slot ({error}); GPU-to-CPU staging will be slower", stacklevel=2)
+    try:
+        error = int(torch.cuda.cudart().cudaHostRegister(flat.data_ptr(), flat.numel(), 0))
+    except Exception as err:  # no CUDA runtime binding in this torch build
+        error = str(err)
+    if error != 0:
+        warnings.warn(f"could not pin the staging slot (cudaHostRegister: {error}); GPU-to-CPU staging will be slower",
+                      stacklevel=2)
         return False
     return True
 

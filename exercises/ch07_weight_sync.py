@@ -240,6 +240,7 @@ class WeightPublisher:
         """Start publishing `state_dict` as `version`; None if no slot was free (skipped)."""
         if version <= self.version:
             raise ValueError(f"publish(version={version}) after version {self.version}: versions only increase")
+        self._check_matches_layout(state_dict)
         started = time.perf_counter()
         self._finish_previous()
         # self.store.claim.call_one().get(timeout=self.timeout) answers a slot index or None.
@@ -248,6 +249,15 @@ class WeightPublisher:
         raise NotImplementedError("TODO(ch07): claim a slot; if none is free count a skip, else stage into it in the background")
         self.blocked_s += time.perf_counter() - started
         return published
+
+    def _check_matches_layout(self, state_dict: Mapping[str, torch.Tensor]) -> None:
+        """A state dict unlike the first one would be staged wrong: say so now, not in a background thread."""
+        if len(state_dict) != len(self.layout.names) or any(
+            tuple(state_dict[e.name].shape) != e.shape or state_dict[e.name].dtype != e.dtype
+            for e in self.layout.entries if e.name in state_dict
+        ) or any(e.name not in state_dict for e in self.layout.entries):
+            raise ValueError("publish() got a state dict whose names, shapes or dtypes differ from the one this "
+                             "WeightPublisher was made for; make a new WeightPublisher for a new model")
 
     def wait_staged(self) -> None:
         """Return when the weights may change: the last snapshot is no longer reading them."""

@@ -95,7 +95,7 @@ def main() -> None:
     local = spawn_greeter(this_proc(), "Ada")
     where = local.whereabouts.call_one().get(timeout=timeout)
     print(f"[local]  spawn_greeter(this_proc(), 'Ada') put Ada in pid {where['pid']}: the same process as us.")
-    print(f"         call_one() sends a message and returns a Future; .get() waits for the reply:")
+    print("         call_one() sends a message and returns a Future; .get() waits for the reply:")
     for who in ("Grace", "Linus"):
         print(f"         -> {local.greet.call_one(who).get(timeout=timeout)}")
 

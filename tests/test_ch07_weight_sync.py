@@ -141,6 +141,9 @@ def test_versions_only_increase(chapter, procs):
             publisher.publish(weights, version=5)
         with pytest.raises(ValueError, match="only increase"):
             publisher.publish(weights, version=3)
+        with pytest.raises(ValueError, match="new WeightPublisher"):
+            publisher.publish({"w": torch.zeros(9)}, version=6)
+        assert publisher.publish(weights, version=6) == 6, "a refused publish changes nothing"
     finally:
         publisher.close()
 
