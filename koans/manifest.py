@@ -88,6 +88,31 @@ CHAPTERS: tuple[Chapter, ...] = (
         ),
     ),
     Chapter(
+        4,
+        "controllers",
+        "Controllers: actors everyone can find",
+        hints=(
+            "record(): append the (source, metric, value) tuple to self.records and return len(self.records).",
+            "find_sink(): `get_or_spawn_controller(name, MetricsSink, created_by)` returns a Future; "
+            "`.get(timeout=timeout)` gives the one sink of that name, made by whoever asked first.",
+            "Worker.work(): call find_sink(...) inside the endpoint, then "
+            "`sink.record.call_one(source, \"items_done\", len(items)).get(timeout=TIMEOUT)`.",
+        ),
+    ),
+    Chapter(
+        5,
+        "supervision",
+        "Supervision: noticing that a child has died",
+        hints=(
+            "classify(): one try around future.get(timeout=timeout), with an except per kind. "
+            "ActorError means the endpoint raised; SupervisionError means the process is gone; "
+            "TimeoutError means no answer in time.",
+            "__supervise__(): look at str(failure.mesh_name). 'logger...' meshes are Monarch's own: "
+            "return True. 'child_g...' is your child: record it, self.spawn_child(), return True.",
+            "Return False for any other mesh: it is not yours to handle, so it goes up the tree.",
+        ),
+    ),
+    Chapter(
         7,
         "weight_sync",
         "Weight sync without process groups",

@@ -1,0 +1,138 @@
+"""Chapter 04: controllers, the actors everyone can find.
+
+Some actors are one of a kind for the whole job: a metrics sink, a registry of
+replicas, a weight store. Passing a reference to them into every actor's
+constructor works, but it threads one argument through every layer of code.
+
+A *controller* is found by name instead:
+
+    sink = get_or_spawn_controller("metrics_sink", MetricsSink, "made by me").get()
+
+  - The first caller, anywhere in the job, creates it with its arguments.
+  - Every later caller, from any process, gets the same actor; their
+    constructor arguments are ignored.
+  - It lives in the job's root (client) process, so it outlives the meshes of
+    the actors that use it.
+
+    client process (root)                      worker processes
+    +----------------------------+             +-----------+
+    | MetricsSink "metrics_sink" | <--record-- | Worker 0  |  get_or_spawn_controller(
+    |  created by the 1st caller | <--record-- | Worker 1  |      "metrics_sink", ...)
+    +----------------------------+ <--record-- | Worker 2  |  -> the same sink for all
+                                               +-----------+
+
+Your TODOs:
+  1. MetricsSink.record   keep one record; answer how many there are
+  2. find_sink            get-or-spawn the sink by name
+  3. Worker.work          do the work, then report to the sink found by name
+
+Check:     pytest tests/test_ch04_controllers.py     (or: koans check 4)
+Run demo:  python -m solutions.ch04_controllers
+Read:      docs/04_controllers.md
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+from koans.demo import run_demo
+from monarch.actor import Actor, current_rank, endpoint, get_or_spawn_controller, this_host
+
+SINK_NAME = "metrics_sink"
+TIMEOUT = 60.0
+
+
+class MetricsSink(Actor):
+    """Collects (source, metric, value) records from every actor in the job."""
+
+    def __init__(self, created_by: str):
+        self.created_by = created_by
+        self.instance = uuid.uuid4().hex[:8]  # tells two sinks apart, even in one process
+        self.records: list[tuple[str, str, float]] = []
+
+    @endpoint
+    def record(self, source: str, metric: str, value: float) -> int:
+        """Keep one record; return how many records the sink now holds."""
+        # >>> TODO(ch04): append (source, metric, value) to self.records and return the count
+        self.records.append((source, metric, float(value)))
+        return len(self.records)
+        # <<< TODO
+
+    @endpoint
+    def summary(self) -> dict:
+        """{metric: {"count", "total", "sources"}} over every record so far."""
+        table: dict[str, dict] = {}
+        for source, metric, value in self.records:
+            row = table.setdefault(metric, {"count": 0, "total": 0.0, "sources": []})
+            row["count"] += 1
+            row["total"] += value
+            if source not in row["sources"]:
+                row["sources"].append(source)
+        return table
+
+    @endpoint
+    def identity(self) -> dict:
+        """Who this sink is: which instance, made by whom, living in which process."""
+        return {"instance": self.instance, "created_by": self.created_by, "pid": os.getpid()}
+
+
+def find_sink(created_by: str, name: str = SINK_NAME, timeout: float = TIMEOUT) -> MetricsSink:
+    """The job's one sink called `name`, created with `created_by` if nobody made it yet."""
+    # >>> TODO(ch04): get or spawn the controller `name` of class MetricsSink, and wait for it
+    # get_or_spawn_controller(name, Class, *constructor_args) returns a Future; .get(timeout=timeout) it.
+    return get_or_spawn_controller(name, MetricsSink, created_by).get(timeout=timeout)
+    # <<< TODO
+
+
+class Worker(Actor):
+    """Does some work and reports it. Nobody hands it the sink: it looks it up by name."""
+
+    def __init__(self, sink_name: str = SINK_NAME):
+        self.sink_name = sink_name
+        self.rank = current_rank().rank
+
+    @endpoint
+    def work(self, items: list[int]) -> int:
+        """Sum the squares of `items`, report "items_done" = len(items) to the sink; return the sum."""
+        # >>> TODO(ch04): compute the result, find the sink by name, record this worker's items_done
+        # Source name: f"worker{self.rank}". Wait for the record's reply (timeout=TIMEOUT) before returning,
+        # so the report is in before the caller reads the summary.
+        result = sum(x * x for x in items)
+        sink = find_sink(f"worker{self.rank}", self.sink_name)
+        sink.record.call_one(f"worker{self.rank}", "items_done", len(items)).get(timeout=TIMEOUT)
+        return result
+        # <<< TODO
+
+    @endpoint
+    def sink_identity(self) -> dict:
+        """The identity of the sink as this worker finds it (creating it if it is the first)."""
+        return find_sink(f"worker{self.rank}", self.sink_name).identity.call_one().get(timeout=TIMEOUT)
+
+
+def main() -> None:
+    print("Chapter 04: controllers\n")
+    procs = this_host().spawn_procs(per_host={"procs": 3})
+    try:
+        workers = procs.spawn("workers", Worker)
+        print("Worker 1 asks for the sink first, so it creates it:")
+        first = workers.slice(procs=1).sink_identity.call_one().get(timeout=TIMEOUT)
+        print(f"  sink {first['instance']} created_by={first['created_by']!r}, lives in pid {first['pid']} "
+              f"(this client is pid {os.getpid()})")
+        print("Everyone else asks with their own constructor argument, which is ignored:")
+        for point, seen in workers.sink_identity.call().get(timeout=TIMEOUT).items():
+            print(f"  worker {point.rank} finds sink {seen['instance']} created_by={seen['created_by']!r}")
+        mine = find_sink("the client")
+        print(f"  the client finds sink {mine.identity.call_one().get(timeout=TIMEOUT)['instance']} too")
+
+        print("\nEach worker does its share and reports, with no reference passed in:")
+        numbers = list(range(1, 31))
+        results = workers.work.call(numbers[:10]).get(timeout=TIMEOUT)
+        print(f"  results: {list(results.values())}")
+        print(f"  sink summary: {mine.summary.call_one().get(timeout=TIMEOUT)}")
+    finally:
+        procs.stop().get(timeout=TIMEOUT)
+
+
+if __name__ == "__main__":
+    run_demo(main)

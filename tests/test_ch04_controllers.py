@@ -1,0 +1,77 @@
+"""Chapter 04: controllers. Run: pytest tests/test_ch04_controllers.py"""
+
+import os
+
+import pytest
+from monarch.actor import this_proc
+
+from koans.testing import STARTUP_TIMEOUT, TIMEOUT
+
+
+@pytest.fixture
+def procs(shared_procs):
+    return shared_procs(procs=3)
+
+
+@pytest.fixture
+def sink_name(request):
+    """A controller name of this test's own: controllers live as long as the whole job."""
+    return "sink_" + request.node.name.replace("[", "_").replace("]", "")
+
+
+@pytest.fixture
+def workers(chapter, procs, sink_name):
+    return procs.spawn(f"workers_{sink_name}", chapter.Worker, sink_name)
+
+
+@pytest.mark.todo("MetricsSink.record")
+def test_the_sink_keeps_every_record(chapter, sink_name):
+    sink = this_proc().spawn(sink_name, chapter.MetricsSink, "test")
+    counts = [sink.record.call_one(source, "loss", value).get(timeout=TIMEOUT)
+              for source, value in [("a", 1.0), ("b", 2.0), ("a", 3.0)]]
+    assert counts == [1, 2, 3], "record() answers how many records the sink holds"
+    summary = sink.summary.call_one().get(timeout=TIMEOUT)
+    assert summary == {"loss": {"count": 3, "total": 6.0, "sources": ["a", "b"]}}
+
+
+@pytest.mark.todo("find_sink")
+def test_the_first_caller_creates_it_in_the_root_process(chapter, sink_name):
+    sink = chapter.find_sink("the test", sink_name, timeout=TIMEOUT)
+    me = sink.identity.call_one().get(timeout=TIMEOUT)
+    assert me["created_by"] == "the test"
+    assert me["pid"] == os.getpid(), "controllers live in the job's root process"
+
+
+@pytest.mark.todo("find_sink")
+def test_later_callers_get_the_same_one_and_their_arguments_are_ignored(chapter, sink_name):
+    first = chapter.find_sink("first", sink_name, timeout=TIMEOUT).identity.call_one().get(timeout=TIMEOUT)
+    again = chapter.find_sink("second", sink_name, timeout=TIMEOUT).identity.call_one().get(timeout=TIMEOUT)
+    assert again == first, "the second caller must get the first caller's sink, made with 'first'"
+
+
+@pytest.mark.todo("find_sink")
+def test_every_process_gets_the_same_instance(chapter, sink_name, workers):
+    seen = workers.sink_identity.call().get(timeout=STARTUP_TIMEOUT)
+    instances = {me["instance"] for me in seen.values()}
+    assert len(instances) == 1, f"three processes found {len(instances)} different sinks"
+    ours = chapter.find_sink("the test", sink_name, timeout=TIMEOUT).identity.call_one().get(timeout=TIMEOUT)
+    assert ours["instance"] in instances, "the client finds the same sink as the workers"
+
+
+@pytest.mark.todo("find_sink")
+def test_a_worker_can_be_the_first_caller(sink_name, workers):
+    made = workers.slice(procs=2).sink_identity.call_one().get(timeout=STARTUP_TIMEOUT)
+    assert made["created_by"] == "worker2", "worker 2 asked first, so its argument built the sink"
+    others = workers.sink_identity.call().get(timeout=TIMEOUT)
+    assert {me["created_by"] for me in others.values()} == {"worker2"}
+    assert made["pid"] == os.getpid(), "even when a worker creates it, it lives in the root process"
+
+
+@pytest.mark.todo("Worker.work")
+def test_workers_report_to_the_sink_without_being_given_it(chapter, sink_name, workers):
+    results = workers.work.call([1, 2, 3, 4]).get(timeout=STARTUP_TIMEOUT)
+    assert list(results.values()) == [30, 30, 30], "work() still returns the sum of squares"
+    summary = chapter.find_sink("the test", sink_name, timeout=TIMEOUT).summary.call_one().get(timeout=TIMEOUT)
+    assert "items_done" in summary, "every worker records items_done in the sink it finds by name"
+    assert summary["items_done"]["count"] == 3 and summary["items_done"]["total"] == 12.0
+    assert sorted(summary["items_done"]["sources"]) == ["worker0", "worker1", "worker2"]
