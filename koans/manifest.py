@@ -113,6 +113,19 @@ CHAPTERS: tuple[Chapter, ...] = (
         ),
     ),
     Chapter(
+        6,
+        "service",
+        "A service that routes around failed replicas",
+        hints=(
+            "next_replica(): try indices cursor, cursor+1, ... (mod the number of replicas); return the "
+            "first that is healthy and not in `exclude`, and move the cursor just past it.",
+            "mark_unhealthy(): only act if `self.replicas[replica.index] is replica` and it is still healthy; "
+            "then healthy=False, count the failure twice (replica and stats), and start the recovery.",
+            "route(): a loop of at most self.attempts tries. classify() the call: ok returns, "
+            "endpoint_error re-raises, died/timeout marks the replica and tries another.",
+        ),
+    ),
+    Chapter(
         7,
         "weight_sync",
         "Weight sync without process groups",

@@ -66,6 +66,14 @@ class Outcome:
     def ok(self) -> bool:
         return self.kind == "ok"
 
+    @property
+    def summary(self) -> str:
+        """One line about what happened, for logs and error messages."""
+        if self.kind == "timeout":
+            return "no answer in time"
+        lines = str(self.value).strip().splitlines()
+        return lines[0][:200] if lines else type(self.value).__name__
+
 
 def classify(future, timeout: float = TIMEOUT, where: str = "") -> Outcome:
     """Wait for `future` and say what happened, without raising."""
