@@ -139,6 +139,22 @@ CHAPTERS: tuple[Chapter, ...] = (
             "Release the lease in a `finally:` so a failed load cannot block the trainer's slot.",
         ),
     ),
+    Chapter(
+        9,
+        "async_loops",
+        "Async RL: two loops and a buffer",
+        hints=(
+            "put(): if self._too_stale(group), record its id in self.ledger.refused_stale and return False. "
+            "Otherwise append it, then `async with self.arrived: self.arrived.notify_all()`.",
+            "sample(): first raise self.learner_version. Then, holding the condition, "
+            "`await asyncio.wait_for(self.arrived.wait_for(enough), timeout)`, where enough() drops "
+            "stale groups and checks the count. It is a @concurrent_endpoint, so put() runs meanwhile.",
+            "continuous_rollouts(): `while not stop.is_set():` generate, queue.put, scorer.score_next, "
+            "each awaited; count the turns.",
+            "continuous_training(): wrap the loop in try/finally and call stop.set() in the finally, "
+            "or the rollout loops never end. A None sample means a timeout: just try again.",
+        ),
+    ),
 )
 
 

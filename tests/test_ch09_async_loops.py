@@ -1,0 +1,178 @@
+"""Chapter 09: two loops and a buffer. Run: pytest tests/test_ch09_async_loops.py"""
+
+import asyncio
+import time
+
+import pytest
+import torch
+
+from koans.testing import STARTUP_TIMEOUT, TIMEOUT
+
+SEEDS = [0, 1, 2]
+
+
+@pytest.fixture
+def procs(shared_procs):
+    return shared_procs(procs=3)
+
+
+@pytest.fixture
+def buffer(chapter, procs, request):
+    name = "buffer_" + request.node.name.replace("[", "_").replace("]", "")
+    return procs.slice(procs=0).spawn(name, chapter.ReplayBuffer, 1)
+
+
+@pytest.fixture
+def make_actors(chapter, procs, request):
+    """Factory: a full set of actors with names of this test's own; learners closed at teardown."""
+    made = []
+
+    def make(max_lag=1, seed=0):
+        tag = "_" + request.node.name.replace("[", "_").replace("]", "") + f"_{len(made)}"
+        actors = chapter.spawn_actors(procs, generators=2, max_lag=max_lag, seed=seed, tag=tag)
+        made.append(actors)
+        return actors
+
+    yield make
+    for actors in made:
+        try:
+            actors.learner.close.call_one().get(timeout=TIMEOUT)
+        except Exception:
+            pass  # never started; the test has said why
+
+
+def group(chapter, name, version):
+    return chapter.Group(name, version, torch.zeros(chapter.STATE_DIM), torch.zeros(4, dtype=torch.long),
+                         torch.zeros(4), torch.ones(4))
+
+
+def ids(groups):
+    return [g.id for g in groups]
+
+
+# --- TODO 1: ReplayBuffer.put -----------------------------------------------------------------
+
+
+@pytest.mark.todo("ReplayBuffer.put")
+def test_put_keeps_fresh_groups(chapter, buffer):
+    accepted = [buffer.put.call_one(group(chapter, f"g{i}", 0)).get(timeout=STARTUP_TIMEOUT) for i in range(3)]
+    assert accepted == [True, True, True]
+    assert buffer.waiting.call_one().get(timeout=TIMEOUT) == 3
+
+
+@pytest.mark.todo("ReplayBuffer.put")
+def test_put_refuses_a_group_that_is_already_too_stale(chapter, buffer):
+    buffer.advance.call_one(5).get(timeout=STARTUP_TIMEOUT)  # the learner is at version 5; max lag is 1
+    assert buffer.put.call_one(group(chapter, "v3", 3)).get(timeout=TIMEOUT) is False
+    assert buffer.put.call_one(group(chapter, "v4", 4)).get(timeout=TIMEOUT) is True
+    ledger = buffer.close.call_one().get(timeout=TIMEOUT)
+    assert (ledger.refused_stale, ledger.unused_at_stop) == (["v3"], ["v4"])
+
+
+# --- TODO 2: ReplayBuffer.sample ----------------------------------------------------------------
+
+
+@pytest.mark.todo("ReplayBuffer.sample")
+def test_sample_hands_out_the_oldest_groups_once(chapter, buffer):
+    for i in range(5):
+        buffer.put.call_one(group(chapter, f"g{i}", 0)).get(timeout=STARTUP_TIMEOUT)
+    assert ids(buffer.sample.call_one(2, 0).get(timeout=TIMEOUT)) == ["g0", "g1"]
+    assert ids(buffer.sample.call_one(2, 0).get(timeout=TIMEOUT)) == ["g2", "g3"], "each group is handed out once"
+    ledger = buffer.close.call_one().get(timeout=TIMEOUT)
+    assert (ledger.trained, ledger.unused_at_stop) == (["g0", "g1", "g2", "g3"], ["g4"])
+
+
+@pytest.mark.todo("ReplayBuffer.sample")
+def test_sample_drops_groups_that_went_stale_while_waiting(chapter, buffer):
+    for name, version in [("a", 0), ("b", 0), ("c", 1), ("d", 2)]:
+        buffer.put.call_one(group(chapter, name, version)).get(timeout=STARTUP_TIMEOUT)
+    batch = buffer.sample.call_one(2, 2).get(timeout=TIMEOUT)  # learner at 2, max lag 1: versions 0 are too old
+    assert ids(batch) == ["c", "d"]
+    assert all(2 - g.version <= 1 for g in batch)
+    assert buffer.close.call_one().get(timeout=TIMEOUT).dropped_stale == ["a", "b"]
+
+
+@pytest.mark.todo("ReplayBuffer.sample")
+def test_a_waiting_sample_does_not_block_puts(chapter, buffer):
+    events = []
+    waiting = buffer.sample.call_one(3, 0, TIMEOUT)  # the buffer is empty: this waits
+    for i in range(3):
+        accepted = buffer.put.call_one(group(chapter, f"g{i}", 0)).get(timeout=STARTUP_TIMEOUT)
+        events.append(f"put g{i} -> {accepted}")
+    events.append(f"sample -> {ids(waiting.get(timeout=TIMEOUT))}")
+    assert events == ["put g0 -> True", "put g1 -> True", "put g2 -> True", "sample -> ['g0', 'g1', 'g2']"], (
+        "puts must go through while sample waits (a @concurrent_endpoint), and wake it"
+    )
+
+
+@pytest.mark.todo("ReplayBuffer.sample")
+def test_sample_gives_none_when_nothing_comes(buffer):
+    assert buffer.sample.call_one(1, 0, 0.3).get(timeout=STARTUP_TIMEOUT) is None
+
+
+# --- TODO 3: continuous_rollouts ---------------------------------------------------------------
+
+
+@pytest.mark.todo("continuous_rollouts")
+def test_rollouts_fill_the_buffer_until_stopped(chapter, make_actors):
+    actors = make_actors()
+
+    async def scenario():
+        stop = asyncio.Event()
+        loop = asyncio.ensure_future(chapter.continuous_rollouts(actors.generators[0], actors.queue, actors.scorer, stop))
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while await actors.buffer.waiting.call_one() < 8:
+            assert time.monotonic() < deadline and not loop.done(), "the rollout loop stopped filling the buffer"
+            await asyncio.sleep(0.05)
+        stop.set()
+        return await asyncio.wait_for(loop, TIMEOUT)
+
+    rollouts = asyncio.run(scenario())
+    assert rollouts >= 2
+    assert actors.buffer.waiting.call_one().get(timeout=TIMEOUT) == 4 * rollouts, (
+        "each finished rollout puts its 4 scored groups into the buffer; the loop returns how many it made"
+    )
+
+
+# --- TODO 4: continuous_training, and both loops together ---------------------------------------
+
+
+@pytest.mark.todo("continuous_training", "continuous_rollouts")
+def test_both_loops_make_progress_at_the_same_time(chapter, make_actors):
+    run = asyncio.run(chapter.run_async(make_actors(), steps=12, batch_groups=4, timeout=STARTUP_TIMEOUT * 3))
+    assert [r["version"] for r in run["results"]] == list(range(1, 13))
+    spans = run["spans"]
+    trains = [s.start for s in spans if s.kind == "train"]
+    generates = [s.start for s in spans if s.kind == "generate"]
+    assert sum(trains[0] < g < trains[-1] for g in generates) >= 2, "rollouts went on while training ran"
+    assert sum(generates[0] < t < generates[-1] for t in trains) >= 2, "training went on while rollouts ran"
+
+
+@pytest.mark.todo("continuous_training", "continuous_rollouts")
+@pytest.mark.parametrize("seed", SEEDS)
+def test_every_group_is_trained_or_dropped_exactly_once_and_lag_is_bounded(chapter, make_actors, seed):
+    run = asyncio.run(chapter.run_async(make_actors(max_lag=1, seed=seed), steps=10, batch_groups=4,
+                                        timeout=STARTUP_TIMEOUT * 3))
+    ledger = run["ledger"]
+    lists = [ledger.trained, ledger.refused_stale, ledger.dropped_stale, ledger.unused_at_stop]
+    everything = [i for ids_ in lists for i in ids_]
+    assert len(everything) == len(set(everything)), "a group was counted twice"
+    assert set(everything) == chapter.produced_ids(run), "a group was lost (or came from nowhere)"
+    trained_in_steps = [i for r in run["results"] for i in r["ids"]]
+    assert sorted(trained_in_steps) == sorted(ledger.trained) and len(trained_in_steps) == 10 * 4
+    lags = [lag for r in run["results"] for lag in r["lags"]]
+    assert all(0 <= lag <= 1 for lag in lags), f"policy lag beyond max_lag=1: {sorted(set(lags))}"
+
+
+@pytest.mark.todo("continuous_training", "continuous_rollouts")
+def test_on_policy_when_max_lag_is_zero(chapter, make_actors):
+    run = asyncio.run(chapter.run_async(make_actors(max_lag=0), steps=6, batch_groups=4, timeout=STARTUP_TIMEOUT * 3))
+    assert {lag for r in run["results"] for lag in r["lags"]} == {0}, "max_lag=0 trains only on the newest policy"
+
+
+@pytest.mark.todo("continuous_training", "continuous_rollouts")
+def test_stop_ends_both_loops_and_empties_the_buffer(chapter, make_actors):
+    actors = make_actors()
+    run = asyncio.run(chapter.run_async(actors, steps=3, batch_groups=4, timeout=STARTUP_TIMEOUT * 3))
+    assert len(run["results"]) == 3 and all(count >= 1 for count in run["rollouts"]), "both loops ran, then ended"
+    assert actors.buffer.waiting.call_one().get(timeout=TIMEOUT) == 0, "close() counted what was left, and emptied it"
