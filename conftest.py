@@ -13,6 +13,7 @@
 - Failures point at the TODO behind them (see koans/harness.py).
 """
 
+import gc
 import os
 
 # Supervision polls every second instead of every ~10 s, so tests that kill a
@@ -153,7 +154,16 @@ def pytest_runtest_call(item):
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
-    report = yield
+    # pytest parses the test's source to draw the traceback. On CPython 3.11 a garbage
+    # collection that runs Monarch finalizers in the middle of that parse can break it
+    # ("AST constructor recursion depth mismatch", an INTERNALERROR that ends the session).
+    # So collect first, and keep the collector off while the report is built.
+    gc.collect()
+    gc.disable()
+    try:
+        report = yield
+    finally:
+        gc.enable()
     todos = _marked_todos(item)
     if report.failed and call.excinfo is not None:
         text, replace = harness.explain_failure(call.excinfo, item.path, todos, item.config.koans_impl)

@@ -9,4 +9,6 @@
   cli        the `koans` command
   verify     `koans verify`: every chapter gates its TODOs
   demo       runs a chapter demo, pointing at unwritten TODOs
+  timeline   per-actor spans: ASCII lanes, busy fractions, Chrome trace JSON
+  bench_weight_sync   the chapter 07 benchmark (staged vs blocking weight sync)
 """

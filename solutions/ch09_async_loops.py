@@ -249,12 +249,15 @@ class Learner(Actor):
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=lr)
         self.clip = clip
         self.version = 0
-        self.publisher = WeightPublisher(self.policy.state_dict(), store)
+        self.store = store
+        self.publisher: WeightPublisher | None = None  # made at the first step, inside an endpoint
         self.recorder = Recorder("learner")
 
     @endpoint
     def train(self, batch: list[Group]) -> dict:
         """One step on `batch`; then publish version+1. Answers version, loss, lags and ids."""
+        if self.publisher is None:
+            self.publisher = WeightPublisher(self.policy.state_dict(), self.store)
         with self.recorder.span("train", version=self.version) as info:
             states = torch.stack([g.state for g in batch])
             actions = torch.stack([g.actions for g in batch])
@@ -282,7 +285,8 @@ class Learner(Actor):
 
     @endpoint
     def close(self) -> None:
-        self.publisher.close()
+        if self.publisher is not None:
+            self.publisher.close()
 
 
 @dataclass
