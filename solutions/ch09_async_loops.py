@@ -83,8 +83,10 @@ class Ledger:
 
 
 def make_policy(seed: int = 0) -> torch.nn.Module:
+    """The small policy, on CUDA when this process sees a GPU, else on the CPU."""
     torch.manual_seed(seed)
-    return torch.nn.Sequential(torch.nn.Linear(STATE_DIM, 32), torch.nn.Tanh(), torch.nn.Linear(32, ACTIONS))
+    policy = torch.nn.Sequential(torch.nn.Linear(STATE_DIM, 32), torch.nn.Tanh(), torch.nn.Linear(32, ACTIONS))
+    return policy.to("cuda" if torch.cuda.is_available() else "cpu")
 
 
 class ReplayBuffer(Actor):
@@ -188,6 +190,7 @@ class Generator(Actor):
     def __init__(self, store: WeightStore, index: int, groups_per_rollout: int = 4, group_size: int = 8, seed: int = 0):
         self.name = f"generator{index}"
         self.policy = make_policy(seed=0)  # the learner starts from the same weights: version 0
+        self.device = next(self.policy.parameters()).device
         self.reader = SnapshotReader(store, self.policy.state_dict())
         self.groups_per_rollout, self.group_size = groups_per_rollout, group_size
         self.random = torch.Generator().manual_seed(seed * 1000 + index)
@@ -200,8 +203,9 @@ class Generator(Actor):
             info["version"] = self.reader.pull_and_load() or self.reader.version
         with self.recorder.span("generate", version=self.reader.version), torch.no_grad():
             states = torch.randn(self.groups_per_rollout, STATE_DIM, generator=self.random)
-            dist = torch.distributions.Categorical(logits=self.policy(states))
-            actions = torch.multinomial(dist.probs, self.group_size, replacement=True, generator=self.random)
+            probs = torch.softmax(self.policy(states.to(self.device)), dim=-1).cpu()  # messages carry CPU tensors
+            dist = torch.distributions.Categorical(probs=probs)
+            actions = torch.multinomial(probs, self.group_size, replacement=True, generator=self.random)
             logps = dist.log_prob(actions.T).T
             groups = []
             for state, acts, lps in zip(states, actions, logps):
@@ -259,10 +263,9 @@ class Learner(Actor):
         if self.publisher is None:
             self.publisher = WeightPublisher(self.policy.state_dict(), self.store)
         with self.recorder.span("train", version=self.version) as info:
-            states = torch.stack([g.state for g in batch])
-            actions = torch.stack([g.actions for g in batch])
-            old_logps = torch.stack([g.logps for g in batch])
-            rewards = torch.stack([g.rewards for g in batch])
+            device = next(self.policy.parameters()).device
+            states, actions, old_logps, rewards = (torch.stack([getattr(g, part) for g in batch]).to(device)
+                                                   for part in ("state", "actions", "logps", "rewards"))
             advantages = (rewards - rewards.mean(1, keepdim=True)) / (rewards.std(1, keepdim=True) + 1e-4)
             logps = torch.distributions.Categorical(logits=self.policy(states)).log_prob(actions.T).T
             ratio = (logps - old_logps).exp()
