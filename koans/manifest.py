@@ -140,6 +140,23 @@ CHAPTERS: tuple[Chapter, ...] = (
         ),
     ),
     Chapter(
+        8,
+        "dtensor_reshard",
+        "Resharding by overlap",
+        hints=(
+            "shard_box(): keep a list of (offset, length), one per tensor dim, starting with (0, size). "
+            "For each mesh dim m with Shard(d): size = ceil(length / mesh_shape[m]) (that is -(-length // n)), "
+            "start = min(coord[m] * size, length), new length = min(size, length - start), offset += start.",
+            "intersect(): per dim, start = max of the starts, end = min of the ends; if end <= start "
+            "anywhere, there is no overlap (None).",
+            "plan_transfer(): group source ranks by identical box (replicas). For each destination box "
+            "and each group whose box intersects it, one Piece from group[dst_rank % len(group)], with "
+            "local_slices(overlap, src_box) and local_slices(overlap, dst_box).",
+            "pull(): for each piece, `buffer = await pull_into(handle, torch.empty(handle.numel, "
+            "dtype=handle.dtype))`, then `self.local[piece.dst_slices].copy_(buffer.view(region.shape))`.",
+        ),
+    ),
+    Chapter(
         9,
         "async_loops",
         "Async RL: two loops and a buffer",

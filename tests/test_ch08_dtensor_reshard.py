@@ -1,0 +1,191 @@
+"""Chapter 08: resharding by overlap. Run: pytest tests/test_ch08_dtensor_reshard.py"""
+
+import random
+
+import pytest
+import torch
+from torch.distributed.tensor import Replicate, Shard
+
+CASES = 240  # generated layouts per property, from a fixed seed
+
+
+def random_case(rng):
+    ndim = rng.randint(1, 3)
+    shape = tuple(rng.randint(1, 11) for _ in range(ndim))
+
+    def layout():
+        mesh = tuple(rng.randint(1, 4) for _ in range(rng.randint(1, 2)))
+        return mesh, [Shard(rng.randrange(ndim)) if rng.random() < 0.75 else Replicate() for _ in mesh]
+
+    return shape, *layout(), *layout()
+
+
+def cases(seed):
+    rng = random.Random(seed)
+    return [random_case(rng) for _ in range(CASES)]
+
+
+def chunk_reference(full, mesh, placements, coord):
+    """torch.chunk applied mesh dimension by mesh dimension: the block a rank holds."""
+    block = full
+    for m, placement in enumerate(placements):
+        if isinstance(placement, Shard):
+            pieces = torch.chunk(block, mesh[m], dim=placement.dim)
+            block = pieces[coord[m]] if coord[m] < len(pieces) else block.narrow(placement.dim, block.shape[placement.dim], 0)
+    return block
+
+
+def region(full, box):
+    return full[tuple(slice(offset, offset + length) for offset, length in box)]
+
+
+def volume(box):
+    count = 1
+    for _, length in box:
+        count *= length
+    return count
+
+
+# --- TODO 1: shard_box --------------------------------------------------------------------------
+
+
+@pytest.mark.todo("shard_box")
+def test_boxes_follow_torchs_uneven_chunking(chapter):
+    assert [chapter.shard_box((10,), (4,), [Shard(0)], (r,)) for r in range(4)] == [((0, 3),), ((3, 3),), ((6, 3),), ((9, 1),)]
+    assert [chapter.shard_box((5,), (4,), [Shard(0)], (r,))[0][1] for r in range(4)] == [2, 2, 1, 0], "the last may be empty"
+    assert chapter.shard_box((6, 8), (2, 2), [Shard(1), Replicate()], (1, 0)) == ((0, 6), (4, 4))
+    assert chapter.shard_box((8,), (2, 2), [Shard(0), Shard(0)], (1, 1)) == ((6, 2),), "nested: halves, then quarters"
+    with pytest.raises(ValueError, match="one placement"):
+        chapter.shard_box((4,), (2, 2), [Shard(0)], (0, 0))
+
+
+@pytest.mark.todo("shard_box")
+def test_boxes_match_torch_on_generated_layouts(chapter):
+    checked = 0
+    for shape, mesh, placements, _, _ in cases(seed=8):
+        full = torch.arange(volume(tuple((0, s) for s in shape))).reshape(shape)
+        for _, coord in chapter.ranks(mesh):
+            box = chapter.shard_box(shape, mesh, placements, coord)
+            expected = chunk_reference(full, mesh, placements, coord)
+            assert tuple(length for _, length in box) == tuple(expected.shape), (shape, mesh, placements, coord, box)
+            if expected.numel():
+                assert torch.equal(region(full, box), expected), (shape, mesh, placements, coord, box)
+            checked += 1
+    assert checked >= CASES
+
+
+@pytest.mark.todo("shard_box")
+def test_destination_boxes_cover_the_tensor_exactly_once_per_replica(chapter):
+    for shape, _, _, mesh, placements in cases(seed=9):
+        replicas = 1
+        for size, placement in zip(mesh, placements):
+            replicas *= size if isinstance(placement, Replicate) else 1
+        coverage = torch.zeros(shape, dtype=torch.int64)
+        for _, coord in chapter.ranks(mesh):
+            region(coverage, chapter.shard_box(shape, mesh, placements, coord)).add_(1)
+        assert bool((coverage == replicas).all()), f"{shape} on {mesh} {placements}: covered {coverage.unique().tolist()} times"
+
+
+# --- TODO 2: intersect ------------------------------------------------------------------------------
+
+
+@pytest.mark.todo("intersect")
+def test_intersect_known_boxes(chapter):
+    assert chapter.intersect(((0, 4), (0, 8)), ((2, 4), (4, 8))) == ((2, 2), (4, 4))
+    assert chapter.intersect(((0, 4),), ((4, 4),)) is None, "touching is not overlapping"
+    assert chapter.intersect(((0, 4),), ((6, 2),)) is None
+    assert chapter.intersect(((1, 8), (1, 8)), ((2, 2), (3, 1))) == ((2, 2), (3, 1)), "a box inside another"
+    assert chapter.intersect(((0, 4),), ((2, 0),)) is None, "an empty box overlaps nothing"
+
+
+@pytest.mark.todo("intersect")
+def test_intersect_agrees_with_masks_on_generated_boxes(chapter):
+    rng = random.Random(10)
+    for _ in range(CASES):
+        ndim = rng.randint(1, 3)
+        size = [rng.randint(1, 9) for _ in range(ndim)]
+
+        def box():
+            starts = [rng.randint(0, s) for s in size]
+            return tuple((start, rng.randint(0, s - start)) for start, s in zip(starts, size))
+
+        a, b = box(), box()
+        mask_a, mask_b = torch.zeros(size, dtype=torch.bool), torch.zeros(size, dtype=torch.bool)
+        region(mask_a, a).fill_(True)
+        region(mask_b, b).fill_(True)
+        both = mask_a & mask_b
+        got = chapter.intersect(a, b)
+        if not both.any():
+            assert got is None, (a, b, got)
+        else:
+            expected = torch.zeros(size, dtype=torch.bool)
+            region(expected, got).fill_(True)
+            assert torch.equal(expected, both), (a, b, got)
+
+
+# --- TODO 3: plan_transfer ------------------------------------------------------------------------
+
+
+def execute_in_memory(chapter, shape, src_mesh, src_placements, dst_mesh, dst_placements, plan):
+    """Run a plan with plain tensors; answer per destination (result, expected, times each element was written)."""
+    full = torch.arange(volume(tuple((0, s) for s in shape)), dtype=torch.float64).reshape(shape)
+    src_local = {r: region(full, chapter.shard_box(shape, src_mesh, src_placements, c)) for r, c in chapter.ranks(src_mesh)}
+    out = {}
+    for r, c in chapter.ranks(dst_mesh):
+        box = chapter.shard_box(shape, dst_mesh, dst_placements, c)
+        local = torch.full(tuple(length for _, length in box), float("nan"), dtype=torch.float64)
+        writes = torch.zeros(local.shape, dtype=torch.int64)
+        for piece in plan[r]:
+            local[piece.dst_slices] = src_local[piece.src][piece.src_slices]
+            writes[piece.dst_slices] += 1
+        out[r] = (local, region(full, box), writes)
+    return out
+
+
+@pytest.mark.todo("plan_transfer")
+def test_plans_deliver_every_element_once_on_generated_layouts(chapter):
+    for shape, src_mesh, src_placements, dst_mesh, dst_placements in cases(seed=11):
+        plan = chapter.plan_transfer(shape, src_mesh, src_placements, dst_mesh, dst_placements)
+        assert sorted(plan) == [r for r, _ in chapter.ranks(dst_mesh)], "one entry per destination rank"
+        for rank, (local, expected, writes) in execute_in_memory(chapter, shape, src_mesh, src_placements,
+                                                                 dst_mesh, dst_placements, plan).items():
+            assert bool((writes == 1).all()), f"{shape} {src_placements}->{dst_placements}: rank {rank} written {writes.unique().tolist()}"
+            assert torch.equal(local, expected), f"{shape} {src_placements}->{dst_placements}: rank {rank} got the wrong bytes"
+
+
+@pytest.mark.todo("plan_transfer")
+def test_bytes_moved_are_the_overlaps_and_less_than_a_full_gather(chapter):
+    for shape, src_mesh, src_placements, dst_mesh, dst_placements in cases(seed=12):
+        plan = chapter.plan_transfer(shape, src_mesh, src_placements, dst_mesh, dst_placements)
+        boxes = [chapter.shard_box(shape, dst_mesh, dst_placements, c) for _, c in chapter.ranks(dst_mesh)]
+        moved = chapter.bytes_moved(plan, 4)
+        assert moved == 4 * sum(volume(b) for b in boxes), "each destination pulls exactly its own box"
+        naive = chapter.naive_bytes(shape, dst_mesh, 4)
+        if any(volume(b) < volume(tuple((0, s) for s in shape)) for b in boxes):
+            assert moved < naive["all_gather"], "when a destination holds less than all, overlap pulls beat gathering"
+
+
+@pytest.mark.todo("plan_transfer")
+def test_two_row_shards_to_four_column_shards(chapter):
+    plan = chapter.plan_transfer((8, 16), (2,), [Shard(0)], (4,), [Shard(1)])
+    for dst, pieces in plan.items():
+        assert sorted(p.src for p in pieces) == [0, 1], "each column block overlaps both row shards"
+        assert all(p.numel == 16 for p in pieces)
+        assert [p.dst_slices for p in sorted(pieces, key=lambda p: p.src)] == [(slice(0, 4), slice(0, 4)), (slice(4, 8), slice(0, 4))]
+    assert chapter.bytes_moved(plan, 2) * 4 == chapter.naive_bytes((8, 16), (4,), 2)["all_gather"]
+
+
+@pytest.mark.todo("plan_transfer")
+def test_replicated_sources_share_the_load(chapter):
+    plan = chapter.plan_transfer((8, 8), (2,), [Replicate()], (4,), [Shard(0)])
+    assert all(len(pieces) == 1 for pieces in plan.values()), "any one replica has it all"
+    assert {pieces[0].src for pieces in plan.values()} == {0, 1}, "the destinations spread over both replicas"
+
+
+# --- TODO 4: Receiver.pull -------------------------------------------------------------------------------
+
+
+@pytest.mark.todo("ShardHolder.pull")
+@pytest.mark.time_limit(240)
+def test_a_real_dtensor_moves_between_meshes_bit_for_bit_as_redistribute(chapter):
+    assert chapter.run_real(shape=(6, 10), seed=3), "the 4 destination shards differ from torch's redistribute"
