@@ -182,7 +182,7 @@ def test_replicated_sources_share_the_load(chapter):
     assert {pieces[0].src for pieces in plan.values()} == {0, 1}, "the destinations spread over both replicas"
 
 
-# --- TODO 4: Receiver.pull -------------------------------------------------------------------------------
+# --- TODO 4: ShardHolder.pull ----------------------------------------------------------------------------
 
 
 @pytest.mark.todo("ShardHolder.pull")
