@@ -178,11 +178,15 @@ def cmd_hint(chapter: Chapter) -> int:
     return 0
 
 
-def _current_chapter() -> Chapter:
+def _current_chapter() -> tuple[Chapter, ChapterRun | None]:
+    """The first chapter not done yet, with its run (None when every chapter is done)."""
     for chapter in selected_chapters():
-        if not _gpu_missing(chapter) and not _run(chapter, use_cache=True).passed:
-            return chapter
-    return selected_chapters()[-1]
+        if _gpu_missing(chapter):
+            continue
+        run = _run(chapter, use_cache=True)
+        if not run.passed:
+            return chapter, run
+    return selected_chapters()[-1], None
 
 
 def _mtimes() -> dict[str, float]:
@@ -191,8 +195,8 @@ def _mtimes() -> dict[str, float]:
 
 def cmd_watch(interval: float, max_checks: int | None) -> int:
     """Poll modification times (works on every filesystem, no inotify) and re-check on change."""
-    chapter = _current_chapter()
-    cmd_check(chapter, use_cache=True)
+    chapter, run = _current_chapter()
+    cmd_check(chapter, use_cache=True, run=run)
     print(f"\nWatching exercises/ (every {interval:g} s). Save a file to re-check; Ctrl-C to stop.", flush=True)
     seen, checks = _mtimes(), 1
     try:
@@ -205,7 +209,7 @@ def cmd_watch(interval: float, max_checks: int | None) -> int:
             seen = now
             print(f"\nChanged: {', '.join(changed)}. Checking again...", flush=True)
             if cmd_check(chapter) == 0:
-                chapter = _current_chapter()
+                chapter, _ = _current_chapter()
                 print(f"\nNext up: chapter {chapter.number:02d}.", flush=True)
             checks += 1
     except KeyboardInterrupt:

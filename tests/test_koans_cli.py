@@ -40,6 +40,10 @@ def koans(root, *args, stdin=None, timeout=300):
     return done.returncode, done.stdout + done.stderr
 
 
+# Each test runs the runner, which runs pytest on chapters in subprocesses: allow for a slow machine.
+pytestmark = pytest.mark.time_limit(600)
+
+
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
     return make_copy(tmp_path_factory.mktemp("learner"))
