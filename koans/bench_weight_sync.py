@@ -109,7 +109,7 @@ class BenchTrainer(Actor):
                 time.sleep(0.01)
                 version = self.publisher.publish(self.state, version=step + 1)
             if generators is not None:  # blocking: everyone holds the new version before training goes on
-                self.publisher._finish_previous()
+                self.publisher.flush()
                 generators.pull.call().get(timeout=TIMEOUT)
                 took = time.perf_counter() - started
             else:
@@ -117,9 +117,9 @@ class BenchTrainer(Actor):
             if step > 0:
                 blocked.append(took)
             if step == 0:
-                self.publisher._finish_previous()
+                self.publisher.flush()
                 del self.publisher.staging_s[staged_before:]
-        self.publisher._finish_previous()
+        self.publisher.flush()
         return {"blocked_s": blocked, "published_at": published_at, "skipped": skipped,
                 "staging_s": list(self.publisher.staging_s), "nbytes": self.nbytes}
 
@@ -249,12 +249,9 @@ def run_one(chapter: str, transport: str, mode: str, args, device: str) -> dict:
 
 def main(chapter_module: str, argv: list[str]) -> None:
     """Run the benchmark on the chapter module named `chapter_module` (exercises or solutions)."""
-    chapter = _chapter(chapter_module)
-    from importlib import import_module
-
-    transport_names = import_module(chapter_module.rsplit(".", 1)[0] + ".ch07_transports").TRANSPORTS
+    transport_names = _chapter(chapter_module.rsplit(".", 1)[0] + ".ch07_transports").TRANSPORTS
     cuda = torch.cuda.is_available()
-    parser = argparse.ArgumentParser(prog=f"python -m {chapter.__name__} --bench", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=f"python -m {chapter_module} --bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", choices=sorted(SIZES), default="0.5b", help="Qwen2.5-0.5B shapes (~1 GB bf16) or a 0.27 GB cut")
     parser.add_argument("--json", metavar="PATH", help="also write the figures here")
     parser.add_argument("--generators", type=int, default=2)

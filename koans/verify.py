@@ -62,14 +62,19 @@ def check_exercises(chapter: Chapter) -> bool:
     return _say(ok, f"{chapter.tag} fails against exercises/ ({detail})")
 
 
-def copy_project_with_one_stub(chapter: Chapter, todo_key: str, into: Path) -> None:
-    """Copy the project into `into`, with exercises = solutions except one stubbed TODO."""
-    for name in COPIED:
+def copy_project(into: Path, names: tuple[str, ...] = COPIED) -> None:
+    """Copy these top-level files and folders of the project into `into` (no caches)."""
+    for name in names:
         source = PROJECT_ROOT / name
         if source.is_dir():
             shutil.copytree(source, into / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
         else:
             shutil.copy2(source, into / name)
+
+
+def copy_project_with_one_stub(chapter: Chapter, todo_key: str, into: Path) -> None:
+    """Copy the project into `into`, with exercises = solutions except one stubbed TODO."""
+    copy_project(into)
     shutil.copytree(PROJECT_ROOT / "solutions", into / "exercises", ignore=shutil.ignore_patterns("__pycache__"))
     solution = PROJECT_ROOT / "solutions" / f"{chapter.module}.py"
     keys = {todo.key for todo in chapter_todos(chapter)}

@@ -314,6 +314,10 @@ class WeightPublisher:
             in_flight, self._in_flight = self._in_flight, None
             in_flight.result(timeout=self.timeout)
 
+    def flush(self) -> None:
+        """Wait until the last published version is staged and committed."""
+        self._finish_previous()
+
     def close(self) -> None:
         """Finish the last staging, then free the slots (and their shared-memory files)."""
         try:
@@ -512,7 +516,7 @@ class PolicyTrainer(Actor):
 
     @endpoint
     def publisher_stats(self) -> dict:
-        self.publisher._finish_previous()
+        self.publisher.flush()
         return {"version": self.publisher.version, "skipped": self.publisher.skipped,
                 "pinned": [slot.pinned for slot in self.publisher.slots],
                 "shm_paths": [slot.path for slot in self.publisher.slots]}

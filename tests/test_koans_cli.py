@@ -12,20 +12,16 @@ import time
 
 import pytest
 
-from koans.manifest import PROJECT_ROOT, find_chapter
+from koans.manifest import find_chapter
 from koans.stubgen import make_exercise
+from koans.verify import copy_project
 
 COPIED = ("conftest.py", "pyproject.toml", "koans", "solutions", "exercises", "tests", "docs")
 ENV = {"KOANS_CHAPTERS": "1,2"}
 
 
 def make_copy(root):
-    for name in COPIED:
-        source = PROJECT_ROOT / name
-        if source.is_dir():
-            shutil.copytree(source, root / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-        else:
-            shutil.copy2(source, root / name)
+    copy_project(root, COPIED)
     shutil.copy2(root / "solutions" / "ch01_hello_actor.py", root / "exercises" / "ch01_hello_actor.py")
     return root
 
