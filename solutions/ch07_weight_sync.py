@@ -249,7 +249,8 @@ class WeightPublisher:
         # >>> TODO(ch07): claim a slot; if none is free count a skip, else stage into it in the background
         # self.store.claim.call_one().get(timeout=self.timeout) answers a slot index or None.
         # self._start_staging(state_dict, slot, version) returns at once; then remember the version.
-        # Return the version published, or None when skipped. Never wait for readers here.
+        # Set `published` to the version, or to None when skipped: the lines after this region return it.
+        # Never wait for readers here.
         slot = self.store.claim.call_one().get(timeout=self.timeout)
         if slot is None:
             self.skipped += 1
@@ -263,10 +264,10 @@ class WeightPublisher:
 
     def _check_matches_layout(self, state_dict: Mapping[str, torch.Tensor]) -> None:
         """A state dict unlike the first one would be staged wrong: say so now, not in a background thread."""
-        if len(state_dict) != len(self.layout.names) or any(
-            tuple(state_dict[e.name].shape) != e.shape or state_dict[e.name].dtype != e.dtype
-            for e in self.layout.entries if e.name in state_dict
-        ) or any(e.name not in state_dict for e in self.layout.entries):
+        same = set(state_dict) == set(self.layout.names) and all(
+            tuple(state_dict[e.name].shape) == e.shape and state_dict[e.name].dtype == e.dtype for e in self.layout.entries
+        )
+        if not same:
             raise ValueError("publish() got a state dict whose names, shapes or dtypes differ from the one this "
                              "WeightPublisher was made for; make a new WeightPublisher for a new model")
 
