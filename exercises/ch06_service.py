@@ -194,9 +194,10 @@ class Service:
     def mark_unhealthy(self, replica: Replica, why: str) -> None:
         """Take `replica` out of rotation and (with auto_recover) start replacing it."""
         with self.lock:
-            # count the failure (replica.failures and self.stats.replica_failures), and if self.auto_recover
-            # call self._start_recovery(replica). Two callers can see the same death: count it once.
-            raise NotImplementedError("TODO(ch06): if it is still the current, healthy replica at its index: mark it unhealthy,")
+            # Act only if self.replicas[replica.index] is replica and it is healthy: two callers can see
+            # the same death. Then: healthy = False; add 1 to replica.failures and to
+            # self.stats.replica_failures; if self.auto_recover, call self._start_recovery(replica).
+            raise NotImplementedError("TODO(ch06): take a still-healthy replica out of rotation once, count it, start its recovery")
 
     def route(self, endpoint_name: str, *args, session: str | None = None, **kwargs):
         """Call `endpoint_name` on one healthy replica; retry on others if a replica fails."""

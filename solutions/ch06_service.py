@@ -202,9 +202,10 @@ class Service:
     def mark_unhealthy(self, replica: Replica, why: str) -> None:
         """Take `replica` out of rotation and (with auto_recover) start replacing it."""
         with self.lock:
-            # >>> TODO(ch06): if it is still the current, healthy replica at its index: mark it unhealthy,
-            # count the failure (replica.failures and self.stats.replica_failures), and if self.auto_recover
-            # call self._start_recovery(replica). Two callers can see the same death: count it once.
+            # >>> TODO(ch06): take a still-healthy replica out of rotation once, count it, start its recovery
+            # Act only if self.replicas[replica.index] is replica and it is healthy: two callers can see
+            # the same death. Then: healthy = False; add 1 to replica.failures and to
+            # self.stats.replica_failures; if self.auto_recover, call self._start_recovery(replica).
             if self.replicas[replica.index] is replica and replica.healthy:
                 replica.healthy = False
                 replica.failures += 1

@@ -124,8 +124,8 @@ class ReplayBuffer(Actor):
         Groups that have become too stale are dropped (and counted). Each group
         is handed out once. A concurrent endpoint: put() runs while this waits.
         """
-        # >>> TODO(ch09): raise self.learner_version to learner_version, drop what became stale,
-        # then wait until `count` groups are here and hand out the oldest ones
+        # >>> TODO(ch09): drop what became stale, wait for `count` fresh groups, hand out the oldest
+        # First raise self.learner_version to learner_version (it only goes up).
         # Drop: move too-stale groups' ids to self.ledger.dropped_stale (self._too_stale tells).
         # Wait: async with self.arrived: await asyncio.wait_for(self.arrived.wait_for(<enough>), timeout)
         #       (asyncio.TimeoutError -> return None). Hand out: take them off the front of self.groups
