@@ -268,7 +268,7 @@ class SourceCache:
         else:
             from torch.multiprocessing.reductions import rebuild_cuda_tensor
 
-            key = repr(offer.ipc[:5])
+            key = repr((offer.device_uuid, offer.ipc[7], offer.ipc[9]))  # IPC handle and offset name the slot
             if key not in self.mapped:
                 self.mapped[key] = rebuild_cuda_tensor(*offer.ipc)
         return _MappedSource(self.mapped[key])
