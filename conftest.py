@@ -15,6 +15,7 @@
 
 import gc
 import os
+import re
 
 # Supervision polls every second instead of every ~10 s, so tests that kill a
 # process see the failure quickly. Must be set before any process is spawned.
@@ -122,6 +123,13 @@ def shared_procs():
     yield get
     for procs in meshes.values():
         harness.stop_procs(procs)
+
+
+@pytest.fixture
+def test_tag(request):
+    """This test's name as an identifier, for actor and controller names of its own
+    (two tests must not share a name: stopping one mesh would disturb the other's)."""
+    return re.sub(r"\W", "_", request.node.name)
 
 
 @pytest.fixture

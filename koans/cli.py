@@ -47,14 +47,6 @@ def _save_state(state: dict) -> None:
     _state_file().write_text(json.dumps(state, indent=2))
 
 
-def _gpu_missing(chapter: Chapter) -> bool:
-    if not chapter.needs_gpu:
-        return False
-    import torch
-
-    return not torch.cuda.is_available()
-
-
 def _fingerprint(chapter: Chapter) -> str:
     """Changes whenever anything the chapter's result depends on changes (later chapters import earlier ones)."""
     digest = hashlib.sha256()
@@ -70,8 +62,7 @@ def _run(chapter: Chapter, use_cache: bool = False, extra_args: tuple[str, ...] 
     key = _fingerprint(chapter)
     cached = state.get("passed", {}).get(chapter.tag)
     if use_cache and cached and cached["fingerprint"] == key:
-        run = ChapterRun(chapter, "exercises", 0, cached["tests"])
-        return run
+        return ChapterRun(chapter, "exercises", 0, cached["tests"])
     run = run_chapter(chapter, "exercises", extra_args=extra_args)
     if run.passed:
         state.setdefault("passed", {})[chapter.tag] = {"fingerprint": key, "tests": run.tests}
@@ -111,7 +102,7 @@ def _show_failure(run: ChapterRun, hint: str | None) -> None:
 def cmd_check(chapter: Chapter, use_cache: bool = False, run: ChapterRun | None = None) -> int:
     source = chapter.source_file("exercises").relative_to(_root())
     print(f"Chapter {chapter.number:02d}: {chapter.title}   ({source})")
-    if _gpu_missing(chapter):
+    if chapter.gpu_missing():
         print("  skipped: this chapter needs a CUDA GPU and none is visible here")
         return 0
     run = run or _run(chapter, use_cache)
@@ -129,7 +120,7 @@ def cmd_check(chapter: Chapter, use_cache: bool = False, run: ChapterRun | None 
 def cmd_next() -> int:
     """Check chapters in order: say so for each one done, stop at the first that is not."""
     for chapter in selected_chapters():
-        if _gpu_missing(chapter):
+        if chapter.gpu_missing():
             print(f"Chapter {chapter.number:02d}: skipped (needs a CUDA GPU; none is visible here)")
             continue
         run = _run(chapter, use_cache=True)
@@ -151,7 +142,7 @@ def cmd_list() -> int:
     print(f"{'ch':<4}{'title':<44}{'status':<10}tests")
     done = 0
     for chapter in selected_chapters():
-        if _gpu_missing(chapter):
+        if chapter.gpu_missing():
             print(f"{chapter.number:02d}  {chapter.title:<44}{'skipped':<10}needs a CUDA GPU", flush=True)
             continue
         run = _run(chapter, use_cache=True)
@@ -181,7 +172,7 @@ def cmd_hint(chapter: Chapter) -> int:
 def _current_chapter() -> tuple[Chapter, ChapterRun | None]:
     """The first chapter not done yet, with its run (None when every chapter is done)."""
     for chapter in selected_chapters():
-        if _gpu_missing(chapter):
+        if chapter.gpu_missing():
             continue
         run = _run(chapter, use_cache=True)
         if not run.passed:

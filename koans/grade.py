@@ -50,14 +50,11 @@ def grade(out: Path, time_limit: float | None = None, chapters: tuple[Chapter, .
     chapters = chapters or selected_chapters()
     entries, lines = [], []
     for chapter in chapters:
-        if chapter.needs_gpu:
-            import torch
-
-            if not torch.cuda.is_available():
-                entries.append({"name": f"{chapter.tag} {chapter.slug}: all tests", "score": 0.0, "max_score": 0.0,
-                                "status": "passed", "output": "skipped: this chapter needs a CUDA GPU and none is visible"})
-                lines.append(f"{chapter.tag}: skipped (needs a GPU)")
-                continue
+        if chapter.gpu_missing():
+            entries.append({"name": f"{chapter.tag} {chapter.slug}: all tests", "score": 0.0, "max_score": 0.0,
+                            "status": "passed", "output": "skipped: this chapter needs a CUDA GPU and none is visible"})
+            lines.append(f"{chapter.tag}: skipped (needs a GPU)")
+            continue
         run = run_chapter(chapter, "exercises", time_limit_s=time_limit)
         mine = _chapter_entries(chapter, run, time_limit)
         entries += mine

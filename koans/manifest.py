@@ -24,6 +24,14 @@ class Chapter:
     hints: tuple[str, ...]
     needs_gpu: bool = False
 
+    def gpu_missing(self) -> bool:
+        """True when this chapter needs a CUDA GPU and this machine shows none."""
+        if not self.needs_gpu:
+            return False
+        import torch
+
+        return not torch.cuda.is_available()
+
     @property
     def tag(self) -> str:
         return f"ch{self.number:02d}"

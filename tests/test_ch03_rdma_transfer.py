@@ -17,11 +17,10 @@ def procs(shared_procs):
 
 
 @pytest.fixture
-def owner_and_reader(chapter, procs, request):
+def owner_and_reader(chapter, procs, test_tag):
     """An owner on procs=0 and a reader on procs=1, sized SMALL, float32."""
-    name = request.node.name.replace("[", "_").replace("]", "")
-    owner = procs.slice(procs=0).spawn(f"owner_{name}", chapter.TensorOwner, SMALL)
-    reader = procs.slice(procs=1).spawn(f"reader_{name}", chapter.Reader, SMALL)
+    owner = procs.slice(procs=0).spawn(f"owner_{test_tag}", chapter.TensorOwner, SMALL)
+    reader = procs.slice(procs=1).spawn(f"reader_{test_tag}", chapter.Reader, SMALL)
     return owner, reader
 
 

@@ -14,9 +14,9 @@ def procs(shared_procs):
 
 
 @pytest.fixture
-def sink_name(request):
+def sink_name(test_tag):
     """A controller name of this test's own: controllers live as long as the whole job."""
-    return "sink_" + request.node.name.replace("[", "_").replace("]", "")
+    return "sink_" + test_tag
 
 
 @pytest.fixture

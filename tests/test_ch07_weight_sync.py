@@ -18,13 +18,13 @@ def procs(shared_procs):
 
 
 @pytest.fixture
-def weight_sync(chapter, procs, request):
+def weight_sync(chapter, procs, test_tag):
     """Factory: a store and a trainer on procs=0, generators on procs=1 and 2.
 
     Every trainer made here is closed at teardown, which removes its
     shared-memory slot files; the test checks that they are gone.
     """
-    made, tag = [], request.node.name.replace("[", "_").replace("]", "").replace("-", "_")
+    made, tag = [], test_tag
 
     def make(recipe="mlp", trainer_dtype=torch.float32, generators=(("shm", torch.float32),), rdma_chunk_bytes=256):
         index = len(made)

@@ -17,18 +17,18 @@ def procs(shared_procs):
 
 
 @pytest.fixture
-def buffer(chapter, procs, request):
-    name = "buffer_" + request.node.name.replace("[", "_").replace("]", "")
+def buffer(chapter, procs, test_tag):
+    name = "buffer_" + test_tag
     return procs.slice(procs=0).spawn(name, chapter.ReplayBuffer, 1)
 
 
 @pytest.fixture
-def make_actors(chapter, procs, request):
+def make_actors(chapter, procs, test_tag):
     """Factory: a full set of actors with names of this test's own; learners closed at teardown."""
     made = []
 
     def make(max_lag=1, seed=0):
-        tag = "_" + request.node.name.replace("[", "_").replace("]", "") + f"_{len(made)}"
+        tag = f"_{test_tag}_{len(made)}"
         actors = chapter.spawn_actors(procs, generators=2, max_lag=max_lag, seed=seed, tag=tag)
         made.append(actors)
         return actors
