@@ -141,7 +141,10 @@ def test_when_every_attempt_fails_the_error_lists_each_one(chapter, make_service
     with pytest.raises(chapter.ServiceUnavailable) as caught:
         service.route("crash")  # every replica it reaches dies
     attempts = caught.value.attempts
-    assert [a.outcome for a in attempts] == ["died"] * 3
+    outcomes = [a.outcome for a in attempts]
+    # A death is normally reported ("died"), but when two replicas die moments apart Monarch sometimes
+    # reports the second only by silence, which route() sees as a timeout (seen on the 2-core CI machine).
+    assert len(outcomes) == 3 and outcomes[0] == "died" and set(outcomes) <= {"died", "timeout"}, outcomes
     assert sorted(a.replica for a in attempts) == [0, 1, 2], "each attempt went to a different replica"
     message = str(caught.value)
     assert "after 3 attempt(s)" in message and "attempt 3: replica" in message and "died" in message
