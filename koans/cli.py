@@ -7,6 +7,7 @@
     koans watch         re-check the current chapter whenever an exercise file changes
     koans reset N       put chapter N's stub back (asks first; --yes to skip asking)
     koans grade         score every chapter (Gradescope results.json)
+    koans viz           an HTML page of chapter 10's timeline, with a sync-to-async slider
     koans verify        (maintainers) every chapter gates its TODOs
 
 Plain pytest works too: `pytest tests/test_ch01_hello_actor.py`.
@@ -254,6 +255,10 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("--out", default="results.json")
     grade.add_argument("--time-limit", type=float, default=None, help="seconds per chapter (default 600)")
     grade.add_argument("--chapters", default="", help="only these, e.g. 1,2,3 (default: every chapter)")
+    viz = sub.add_parser("viz", help="draw chapter 10's timeline as an HTML page, with a max-lag slider")
+    viz.add_argument("--trace", default=None, help="Chrome trace JSON from chapter 10 (default: its last run)")
+    viz.add_argument("--out", default="viz.html")
+    viz.add_argument("--max-lag", type=int, default=4, help="the slider's upper end")
     sub.add_parser("verify", help="maintainers: every chapter gates its TODOs", add_help=False)
     args, rest = parser.parse_known_args(argv)
     try:
@@ -278,6 +283,10 @@ def main(argv: list[str] | None = None) -> int:
 
             chapters = tuple(find_chapter(c) for c in args.chapters.split(",")) if args.chapters else None
             return grade(Path(args.out), args.time_limit, chapters)
+        if args.command == "viz":
+            from koans.viz import main as viz_main
+
+            return viz_main(args.trace, args.out, args.max_lag)
         return cmd_next()
     except KeyError as err:
         print(f"koans: {err.args[0]}", file=sys.stderr)

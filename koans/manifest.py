@@ -180,6 +180,20 @@ CHAPTERS: tuple[Chapter, ...] = (
             "or the rollout loops never end. A None sample means a timeout: just try again.",
         ),
     ),
+    Chapter(
+        10,
+        "qwen_grpo",
+        "Async GRPO for a Qwen2 policy",
+        hints=(
+            "group_advantages(): rewards.mean(dim=1, keepdim=True) and rewards.std(dim=1, keepdim=True) "
+            "keep one column per group, so (rewards - mean) / (std + eps) broadcasts row by row.",
+            "grpo_loss(): ratio = (logps - old_logps).exp(); A = advantages[:, None]; the objective is "
+            "torch.min(ratio * A, ratio.clamp(1 - clip, 1 + clip) * A); the loss is -masked_mean(objective, mask).",
+            "continuous_rollouts(): the service's route() blocks, so `await asyncio.to_thread(service.route, "
+            "\"generate\", prompt, rollout_id)`; then `await buffer.put.call_one(score(task, rollout))`.",
+            "continuous_training(): the same loop as chapter 09's, with trainer.train; stop.set() in a finally.",
+        ),
+    ),
 )
 
 

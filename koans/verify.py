@@ -5,7 +5,8 @@ For maintainers and CI. Each check must hold, else the exit code is 1:
   sync        exercises/ equals what koans.stubgen generates from solutions/
   solutions   (with --solutions) every chapter passes against solutions/
   exercises   every chapter fails against exercises/, and every failing test
-              points at a TODO (no bare harness errors)
+              points at a TODO, of this chapter or of one it builds on (no bare
+              harness errors)
   each TODO   for every single TODO, a copy of the project in which only that
               TODO is stubbed (all others solved) fails the chapter's tests, and
               the first failing test is one marked with that TODO: no TODO can
@@ -52,7 +53,9 @@ def check_solutions(chapter: Chapter) -> bool:
 def check_exercises(chapter: Chapter) -> bool:
     run = run_chapter(chapter, "exercises")
     failing = [t for t in run.tests if t["outcome"] in ("failed", "error")]
-    harness_errors = [t["name"] for t in failing if t["outcome"] == "error" or "TODO(" not in t["note"]]
+    # A fixture may stop at an earlier chapter's TODO (chapter 10 runs on 03, 06, 07 and 09):
+    # that error still points at a TODO. Only failures that name none are harness errors.
+    harness_errors = [t["name"] for t in failing if "TODO(" not in t["note"]]
     ok = bool(failing) and not harness_errors and not run.timed_out
     detail = f"{len(failing)}/{len(run.tests)} tests fail, each pointing at a TODO"
     if harness_errors:

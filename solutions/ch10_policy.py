@@ -1,0 +1,174 @@
+"""Given code for chapter 10: the policy, its tokenizer, the task and its reward.
+
+Nothing here is a TODO. It is the "model side" of the trainer, kept apart so
+that ch10_qwen_grpo.py shows only the RL infrastructure. Read it once:
+
+  load_policy(None)          a tiny Qwen2 (random init) and a character tokenizer, built offline
+  load_policy("path/or/id")  any Hugging Face causal LM with its tokenizer and chat template,
+                             through from_pretrained (e.g. Qwen/Qwen2.5-0.5B-Instruct)
+  CountingTask               "Count to 5:" -> "1 2 3 4 5", a reward in [0, 1]
+  sample_group               G sampled answers to one prompt, with their log-probabilities
+  response_logprobs          log p(each response token | everything before it)
+
+Both the tiny and the real model go through the same code: a chat template
+turns the task's message into the prompt text, and `generate` samples from
+exactly the model's distribution (temperature 1, no top-k/top-p), so the
+log-probabilities the generator reports are those of the policy that acted.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass
+
+import torch
+
+CHARS = "0123456789 \n:,Cnotu"  # what the counting task's prompts and answers use
+SPECIALS = ["<pad>", "<eos>", "<unk>"]
+# The tiny tokenizer's chat template: each message's text on its own line. After the
+# prompt comes the answer, then <eos>. (Real models bring their own template.)
+TINY_CHAT_TEMPLATE = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
+
+
+def build_tiny_tokenizer():
+    """A character tokenizer (one token per character), made with `tokenizers`, as a HF tokenizer."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {token: index for index, token in enumerate(SPECIALS + list(CHARS))}
+    core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex("[\\s\\S]"), behavior="isolated")  # every character
+    core.decoder = decoders.Fuse()  # join characters back without spaces
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="<eos>",
+                                        unk_token="<unk>")
+    tokenizer.chat_template = TINY_CHAT_TEMPLATE
+    return tokenizer
+
+
+def build_tiny_model(tokenizer, seed: int = 0, hidden: int = 64, layers: int = 2):
+    """A randomly initialised Qwen2 causal LM sized for a CPU: ~0.1 M parameters."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden,
+                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=128, tie_word_embeddings=True,
+                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+                         bos_token_id=None)
+    return Qwen2ForCausalLM(config)
+
+
+def load_policy(model: str | None = None, seed: int = 0, device: str = "cpu", dtype: torch.dtype = torch.float32):
+    """(model, tokenizer). `model` None: the tiny offline Qwen2; else a hub id or local path.
+
+    Every process that calls this with the same arguments gets the same
+    weights: the tiny model from the seed, a real model from its files.
+    """
+    if model is None:
+        tokenizer = build_tiny_tokenizer()
+        policy = build_tiny_model(tokenizer, seed)
+    else:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(model)
+        policy = AutoModelForCausalLM.from_pretrained(model, dtype=dtype)
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"  # prompts end where answers start, in every row
+    return policy.to(device=device, dtype=dtype), tokenizer
+
+
+@dataclass(frozen=True)
+class Prompt:
+    text: str  # what the user says
+    answer: list[int]  # the numbers a perfect response lists, in order
+
+
+class CountingTask:
+    """"Count to 5:" -> "1 2 3 4 5". Chosen because learning shows (docs/10_qwen_grpo.md).
+
+    The reward is dense: the share of positions where the response says the
+    right digit, over the longer of the two lists. Only digits count, so
+    "1, 2, 3" and "123" are the same answer. For "Count to 4:", "123" scores
+    3/4, "123456" scores 4/6 and anything without digits 0.
+    """
+
+    def __init__(self, shortest: int = 2, longest: int = 9):
+        if not 1 <= shortest <= longest <= 9:
+            raise ValueError(f"counts must satisfy 1 <= shortest <= longest <= 9 (one digit each), "
+                             f"got shortest={shortest}, longest={longest}")
+        self.shortest, self.longest = shortest, longest
+
+    def sample(self, rng: random.Random) -> Prompt:
+        last = rng.randint(self.shortest, self.longest)
+        return Prompt(f"Count to {last}:", list(range(1, last + 1)))
+
+    @staticmethod
+    def reward(prompt: Prompt, response: str) -> float:
+        said = [int(digit) for digit in re.findall(r"\d", response)]
+        right = sum(a == b for a, b in zip(said, prompt.answer))
+        return right / max(len(said), len(prompt.answer))
+
+
+def prompt_ids(tokenizer, prompt: Prompt) -> list[int]:
+    """The prompt as the model sees it: the chat template applied to one user message."""
+    text = tokenizer.apply_chat_template([{"role": "user", "content": prompt.text}], tokenize=False,
+                                         add_generation_prompt=True)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def response_mask(responses: torch.Tensor, eos_id: int) -> torch.Tensor:
+    """1.0 for the tokens the policy chose: up to and including the first EOS; 0.0 after it.
+
+    The EOS counts (choosing to stop is an action the policy is trained on);
+    the padding `generate` appends after it does not. Do not mask by the pad
+    id: a policy may choose the pad token itself, and that choice is trained.
+    """
+    is_eos = (responses == eos_id).int()
+    eos_before = torch.cumsum(is_eos, dim=1) - is_eos
+    return (eos_before == 0).float()
+
+
+def pad_left(rows: list[torch.Tensor], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stack 1-D token rows of different lengths, padded on the left: (ids, attention mask)."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    attention = torch.zeros(len(rows), width, dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, width - len(row):] = row
+        attention[i, width - len(row):] = 1
+    return ids, attention
+
+
+@torch.no_grad()
+def sample_group(model, tokenizer, prompt: Prompt, group_size: int, max_new_tokens: int = 16) -> dict:
+    """`group_size` sampled responses to one prompt: token ids, mask, log-probs and decoded text."""
+    ids = torch.tensor([prompt_ids(tokenizer, prompt)] * group_size, device=model.device)
+    prompt_attention = torch.ones_like(ids)
+    out = model.generate(ids, attention_mask=prompt_attention, do_sample=True, temperature=1.0, top_k=0,
+                         top_p=1.0, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
+                         eos_token_id=tokenizer.eos_token_id)
+    responses = out[:, ids.shape[1]:]
+    mask = response_mask(responses, tokenizer.eos_token_id)
+    logps = response_logprobs(model, ids, prompt_attention, responses, mask)
+    texts = [tokenizer.decode(r[m.bool()], skip_special_tokens=True) for r, m in zip(responses, mask)]
+    return {"prompt_ids": ids[0].cpu(), "responses": responses.cpu(), "mask": mask.cpu(),
+            "logps": logps.float().cpu(), "texts": texts}
+
+
+def response_logprobs(model, prompts: torch.Tensor, prompt_attention: torch.Tensor, responses: torch.Tensor,
+                      mask: torch.Tensor) -> torch.Tensor:
+    """[B, T] log p(response token t | prompt, tokens < t); 0 where mask is 0.
+
+    One forward pass over prompt+response. The logits at position i predict
+    token i+1, so the response's predictions start one before it does.
+    Prompts may be left-padded: positions count only the real tokens.
+    """
+    full = torch.cat([prompts, responses], dim=1)
+    attention = torch.cat([prompt_attention, mask.to(prompt_attention.dtype)], dim=1)
+    positions = (attention.cumsum(1) - 1).clamp(min=0)
+    logits = model(input_ids=full, attention_mask=attention, position_ids=positions).logits
+    logits = logits[:, prompts.shape[1] - 1:-1].float()
+    logps = torch.log_softmax(logits, dim=-1).gather(-1, responses.unsqueeze(-1)).squeeze(-1)
+    return logps * mask
