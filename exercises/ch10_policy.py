@@ -4,6 +4,7 @@ Nothing here is a TODO. It is the "model side" of the trainer, kept apart so
 that ch10_qwen_grpo.py shows only the RL infrastructure. Read it once:
 
   load_policy(None)          a tiny Qwen2 (random init) and a character tokenizer, built offline
+  load_policy("random:qwen2.5-0.5b")   Qwen2.5-0.5B's shape, random weights (GPU benchmarks)
   load_policy("path/or/id")  any Hugging Face causal LM with its tokenizer and chat template,
                              through from_pretrained (e.g. Qwen/Qwen2.5-0.5B-Instruct)
   CountingTask               "Count to 5:" -> "1 2 3 4 5", a reward in [0, 1]
@@ -46,28 +47,37 @@ def build_tiny_tokenizer():
     return tokenizer
 
 
-def build_tiny_model(tokenizer, seed: int = 0, hidden: int = 64, layers: int = 2):
-    """A randomly initialised Qwen2 causal LM sized for a CPU: ~0.1 M parameters."""
+#: The tiny default: ~0.1 M parameters, trains on a CPU in a minute or two.
+TINY_SHAPE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=128)
+#: Qwen2.5-0.5B's shape (its config.json), for GPU benchmarks with random weights: nothing to download.
+QWEN2_5_0_5B_SHAPE = dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                          num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
+                          rope_theta=1000000.0)
+RANDOM_MODELS = {"random:tiny": TINY_SHAPE, "random:qwen2.5-0.5b": QWEN2_5_0_5B_SHAPE}
+
+
+def build_random_model(tokenizer, seed: int = 0, shape: dict = TINY_SHAPE):
+    """A randomly initialised Qwen2 causal LM of the given shape (the vocabulary defaults to the tokenizer's)."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(seed)
-    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden,
-                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=128, tie_word_embeddings=True,
+    config = Qwen2Config(**{"vocab_size": len(tokenizer), **shape}, tie_word_embeddings=True,
                          pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
                          bos_token_id=None)
     return Qwen2ForCausalLM(config)
 
 
 def load_policy(model: str | None = None, seed: int = 0, device: str = "cpu", dtype: torch.dtype = torch.float32):
-    """(model, tokenizer). `model` None: the tiny offline Qwen2; else a hub id or local path.
+    """(model, tokenizer). `model`: None for the tiny offline Qwen2; "random:qwen2.5-0.5b" for
+    that shape with random weights (benchmarks); else a hub id or a local path (from_pretrained).
 
     Every process that calls this with the same arguments gets the same
-    weights: the tiny model from the seed, a real model from its files.
+    weights: a random model from the seed, a real model from its files.
     """
-    if model is None:
+    if model is None or model in RANDOM_MODELS:
         tokenizer = build_tiny_tokenizer()
-        policy = build_tiny_model(tokenizer, seed)
+        policy = build_random_model(tokenizer, seed, RANDOM_MODELS[model or "random:tiny"])
     else:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -152,7 +162,8 @@ def sample_group(model, tokenizer, prompt: Prompt, group_size: int, max_new_toke
     responses = out[:, ids.shape[1]:]
     mask = response_mask(responses, tokenizer.eos_token_id)
     logps = response_logprobs(model, ids, prompt_attention, responses, mask)
-    texts = [tokenizer.decode(r[m.bool()], skip_special_tokens=True) for r, m in zip(responses, mask)]
+    known = torch.where(responses < len(tokenizer), responses, tokenizer.unk_token_id or 0)  # a random 0.5B's vocab
+    texts = [tokenizer.decode(r[m.bool()], skip_special_tokens=True) for r, m in zip(known, mask)]
     return {"prompt_ids": ids[0].cpu(), "responses": responses.cpu(), "mask": mask.cpu(),
             "logps": logps.float().cpu(), "texts": texts}
 

@@ -167,7 +167,8 @@ class Generator(Actor):
         """Pull the newest weights if there are any, then sample one group for `prompt`."""
         self._load()
         with self.recorder.span("sync") as info:
-            info["version"] = self.reader.pull_and_load() or self.reader.version
+            info["loaded"] = self.reader.pull_and_load()  # the new version, or None if there was none
+            info["version"] = self.reader.version
         with self.recorder.span("generate", version=self.reader.version):
             group = sample_group(self.model, self.tokenizer, prompt, self.config.group_size,
                                  self.config.max_new_tokens)

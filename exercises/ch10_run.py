@@ -151,9 +151,14 @@ def summary(run: dict, config: RunConfig) -> dict:
     """Samples per second, lags, and each actor's busy fraction over the run."""
     spans = run["spans"]
     samples = len(run["results"]) * config.groups_per_step * config.group_size
+    publish = [s.end - s.start for s in spans if s.actor == "trainer" and s.kind == "sync"]
+    loads = [s.end - s.start for s in spans if s.actor != "trainer" and s.kind == "sync" and s.info.get("loaded")]
     return {"samples_per_s": samples / run["seconds"], "seconds": run["seconds"],
             "lags": Counter(lag for r in run["results"] for lag in r["lags"]),
-            "busy": {actor: busy_fraction(spans, actor) for actor in sorted({s.actor for s in spans})}}
+            "busy": {actor: busy_fraction(spans, actor) for actor in sorted({s.actor for s in spans})},
+            "publish_ms": 1000 * sum(publish) / max(1, len(publish)),
+            "publish_share": sum(publish) / run["seconds"],
+            "load_ms": 1000 * sum(loads) / max(1, len(loads)), "loads": len(loads)}
 
 
 def main() -> None:
@@ -224,6 +229,9 @@ def show_run(config: RunConfig, mode: str, show_every: int, trace: str | None, k
     print(f"final weights: version {final['version']} on every generator {sorted(final['generator_versions'].values())}; "
           f"bit-equal to the trainer's: {same}")
     print("busy: " + ", ".join(f"{k} {100 * v:.0f}%" for k, v in figures["busy"].items()))
+    print(f"weight sync: the trainer spent {figures['publish_ms']:.1f} ms per step publishing "
+          f"({100 * figures['publish_share']:.1f}% of the wall time); a generator took {figures['load_ms']:.1f} ms "
+          f"per new version it loaded ({figures['loads']} loads)")
     LAST_TRACE.parent.mkdir(exist_ok=True)
     write_chrome_trace(run["spans"], str(LAST_TRACE))  # what `koans viz` draws by default
     if trace:

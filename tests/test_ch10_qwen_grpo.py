@@ -230,3 +230,20 @@ def test_training_survives_a_generator_killed_mid_run(chapter, runner, saved_tin
         assert list(final["generators"].values()) == [final["trainer"]] * 2, "the new replica caught up too"
     finally:
         job.stop()
+
+
+@pytest.mark.gpu
+@pytest.mark.todo("continuous_training", "continuous_rollouts")
+@pytest.mark.time_limit(600)
+def test_a_qwen2_5_0_5b_shaped_policy_trains_on_one_gpu(chapter, runner):
+    """Trainer and both generators share the GPU; weights travel by CUDA IPC or shared memory."""
+    config = small_config(chapter, "random:qwen2.5-0.5b", dtype="bfloat16", steps=3, max_new_tokens=8)
+    job = runner.Job.start(config, name="t10gpu")
+    try:
+        job.warm_up()
+        run = asyncio.run(runner.run_async(job, timeout=8 * STARTUP_TIMEOUT))
+        assert [r["version"] for r in run["results"]] == [1, 2, 3]
+        final = job.final_sync()
+        assert list(final["generators"].values()) == [final["trainer"]] * 2
+    finally:
+        job.stop()
