@@ -100,6 +100,16 @@ def _show_failure(run: ChapterRun, hint: str | None) -> None:
         print(textwrap.fill(hint, width=88, initial_indent="  Hint: ", subsequent_indent="        "))
 
 
+def _hint_for(chapter: Chapter, failure: dict | None) -> str | None:
+    """The hint about the failing test's TODO (one that names its function, as `name(`), else the first."""
+    names = [key.rsplit(".", 1)[-1] + "(" for key in (failure or {}).get("todos", [])]
+    for name in names:
+        for hint in chapter.hints:
+            if name in hint:
+                return hint
+    return chapter.hints[0] if chapter.hints else None
+
+
 def cmd_check(chapter: Chapter, use_cache: bool = False, run: ChapterRun | None = None) -> int:
     source = chapter.source_file("exercises").relative_to(_root())
     print(f"Chapter {chapter.number:02d}: {chapter.title}   ({source})")
@@ -113,7 +123,7 @@ def cmd_check(chapter: Chapter, use_cache: bool = False, run: ChapterRun | None 
     if run.passed:
         print(f"  Chapter {chapter.number:02d} is done. Read docs/{chapter.doc_file.name} for the why.")
         return 0
-    _show_failure(run, chapter.hints[0] if chapter.hints else None)
+    _show_failure(run, _hint_for(chapter, run.first_failure))
     print(f"\n  More help: koans hint {chapter.number}    Full pytest output: pytest {chapter.test_file.relative_to(_root())}")
     return 1
 
