@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 
 import torch
 from koans.demo import run_demo
+from koans.report import histogram
 from koans.timeline import Recorder, ascii_timeline, busy_fraction, merge
 from monarch.actor import Actor, ProcMesh, concurrent_endpoint, endpoint, this_host
 
@@ -401,9 +402,7 @@ def main() -> None:
         lags = Counter(lag for r in run["results"] for lag in r["lags"])
         ledger = run["ledger"]
         print(f"\n{steps} steps in {took:.1f} s; rollouts per generator {run['rollouts']}")
-        print("policy lag of trained groups:")
-        for lag in sorted(lags):
-            print(f"  lag {lag}: {lags[lag]:>5}  {'#' * max(1, 40 * lags[lag] // max(lags.values()))}")
+        print("policy lag of trained groups:\n" + histogram(lags, "lag "))
         print(f"groups: produced {len(produced_ids(run))} = trained {len(ledger.trained)} + refused stale "
               f"{len(ledger.refused_stale)} + dropped stale {len(ledger.dropped_stale)} + unused at stop "
               f"{len(ledger.unused_at_stop)}")

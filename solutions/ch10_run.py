@@ -136,9 +136,12 @@ def killing_at(job: Job, step: int, on_step=None):
     """Wrap `on_step` so that right after `step` it SIGKILLs generator replica 0's process."""
 
     def wrapped(result: dict) -> None:
-        if result["version"] == step:  # a quick blocking call, made off the event loop's thread
-            killer = threading.Thread(target=lambda: print(f"  ** after step {step}: SIGKILL generator replica 0 "
-                                                           f"(pid {kill_replica(job.service, 0)}) **"))
+        if result["version"] == step:
+            def kill() -> None:  # a quick blocking call; made off the event loop's thread, as Monarch asks
+                pid = kill_replica(job.service, 0)
+                print(f"  ** after step {step}: SIGKILL generator replica 0 (pid {pid}) **")
+
+            killer = threading.Thread(target=kill)
             killer.start()
             killer.join(TIMEOUT)
         if on_step is not None:
