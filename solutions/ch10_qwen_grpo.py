@@ -61,11 +61,11 @@ class RunConfig:
 
     model: str | None = None  # None: the tiny offline Qwen2; else a hub id or local path
     seed: int = 0
-    steps: int = 300
+    steps: int = 600
     groups_per_step: int = 8  # prompts per training batch
     group_size: int = 8  # G: responses per prompt
     max_new_tokens: int = 10
-    lr: float = 1e-3
+    lr: float = 5e-4
     clip: float = 0.2
     kl_coef: float = 0.0  # > 0: a KL penalty towards the initial policy
     max_lag: int = 1

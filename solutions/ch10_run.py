@@ -173,6 +173,7 @@ def main() -> None:
     parser.add_argument("--dtype", default=RunConfig.dtype)
     parser.add_argument("--generators", type=int, default=RunConfig.generators)
     parser.add_argument("--max-lag", type=int, default=RunConfig.max_lag)
+    parser.add_argument("--lr", type=float, default=RunConfig.lr)
     parser.add_argument("--kl-coef", type=float, default=RunConfig.kl_coef)
     parser.add_argument("--seed", type=int, default=RunConfig.seed)
     parser.add_argument("--show-every", type=int, default=20)
@@ -181,7 +182,7 @@ def main() -> None:
     parser.add_argument("--trace", help="write the timeline as Chrome trace JSON (open in ui.perfetto.dev)")
     args = parser.parse_args()
     config = RunConfig(model=args.model, seed=args.seed, steps=args.steps, max_lag=args.max_lag,
-                       generators=args.generators, kl_coef=args.kl_coef, dtype=args.dtype)
+                       generators=args.generators, kl_coef=args.kl_coef, dtype=args.dtype, lr=args.lr)
     modes = ["sync", "async"] if args.compare else [args.mode]
     print(f"Chapter 10: GRPO on {config.model or 'a tiny Qwen2 (random init)'}, task 'Count to N', "
           f"{config.generators} generators, {config.steps} steps of {config.groups_per_step}x{config.group_size} "
