@@ -55,6 +55,10 @@ from .ch10_policy import CountingTask, Prompt, load_policy, pad_left, response_l
 TIMEOUT = 60.0
 
 
+def pick_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """Everything a run needs; sent to every actor, so all build the same policy."""
@@ -74,6 +78,10 @@ class RunConfig:
 
     def torch_dtype(self) -> torch.dtype:
         return getattr(torch, self.dtype)
+
+    def load_policy(self):
+        """(model, tokenizer) on this process's device; every actor that calls it gets the same weights."""
+        return load_policy(self.model, self.seed, pick_device(), self.torch_dtype())
 
 
 @dataclass
@@ -137,10 +145,6 @@ def grpo_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Te
 # --- The actors (given) --------------------------------------------------------------------
 
 
-def pick_device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 class Generator(Actor):
     """A generator replica: samples groups with its copy of the policy; pulls new weights first.
 
@@ -157,8 +161,7 @@ class Generator(Actor):
     def _load(self) -> None:
         if self.model is None:
             torch.set_num_threads(1)
-            self.model, self.tokenizer = load_policy(self.config.model, self.config.seed, pick_device(),
-                                                     self.config.torch_dtype())
+            self.model, self.tokenizer = self.config.load_policy()
             self.model.eval()
             self.reader = SnapshotReader(self.store, self.model.state_dict())
 
@@ -208,11 +211,10 @@ class Trainer(Actor):
     def _load(self) -> None:
         if self.model is None:
             torch.set_num_threads(1)
-            device, dtype = pick_device(), self.config.torch_dtype()
-            self.model, self.tokenizer = load_policy(self.config.model, self.config.seed, device, dtype)
+            self.model, self.tokenizer = self.config.load_policy()
             self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=self.config.lr, weight_decay=0.0)
             if self.config.kl_coef > 0:  # a frozen copy of the starting policy
-                self.reference, _ = load_policy(self.config.model, self.config.seed, device, dtype)
+                self.reference, _ = self.config.load_policy()
                 self.reference.eval().requires_grad_(False)
             self.publisher = WeightPublisher(self.model.state_dict(), self.store)
 
