@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import time
 from dataclasses import dataclass
 
 import torch
@@ -282,9 +283,21 @@ class Trainer(Actor):
 
     @endpoint
     def flush(self) -> int:
-        """Wait until the newest version is staged and committed; answer it."""
+        """Wait until the newest version is staged and committed; answer it.
+
+        publish() skips a version when every slot is busy (a generator is still
+        reading). Training moves on then, but the last version must get out:
+        publish it again until a slot is free.
+        """
         self._load()
         self.publisher.flush()
+        deadline = time.monotonic() + TIMEOUT
+        while self.publisher.version < self.version:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"version {self.version}: no staging slot came free in {TIMEOUT} s")
+            time.sleep(0.01)  # readers hold a slot only while they copy from it
+            self.publisher.publish(self.model.state_dict(), version=self.version)
+            self.publisher.flush()
         return self.version
 
     @endpoint

@@ -62,8 +62,7 @@ class Job:
 
     def final_sync(self) -> dict:
         """Make every generator load the trainer's last version; answer both sides' fingerprints."""
-        version = self.trainer.flush.call_one().get(timeout=TIMEOUT)
-        wait_for_version(self.store, version)
+        version = self.trainer.flush.call_one().get(timeout=2 * TIMEOUT)  # committed when it answers
         self.service.wait_recovered()
         versions = self.service.fanout("sync")
         return {"version": version, "generator_versions": versions,
