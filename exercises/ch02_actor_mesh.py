@@ -32,7 +32,7 @@ Read:      docs/02_actor_mesh.md
 import os
 
 from koans.demo import run_demo
-from monarch.actor import Actor, ProcMesh, current_rank, current_size, endpoint, this_host
+from monarch.actor import Actor, ProcMesh, current_rank, current_size, endpoint
 
 
 class Worker(Actor):
@@ -51,7 +51,8 @@ class Worker(Actor):
         spawn_coords: this actor's place in its mesh, e.g. {"procs": 2}.
         message_coords / message_size: how the current message addresses it.
         """
-        # current_rank() behaves like a dict of coordinates; current_size() is a dict of sizes.
+        # All three coordinate entries are plain dicts, e.g. {"procs": 2}; message_size is {"procs": 4}
+        # for a call to the whole mesh and {"procs": 2} for a call through a 2-actor slice.
         raise NotImplementedError("TODO(ch02): return spawn and message coordinates, the message's mesh size and the pid")
 
     @endpoint
@@ -81,47 +82,12 @@ def spawn_workers(procs: ProcMesh) -> Worker:
 
 def sum_of_squares(workers: Worker, numbers: list[int], timeout: float = 60) -> int:
     """Sum of x*x over `numbers`, computed in parallel by every worker in the mesh."""
-    # Wait with .get(timeout=timeout): a worker that never answers must not hang the caller.
+    # Every worker of `workers` (a whole mesh or a slice) does its share. Wait at most `timeout`
+    # seconds: a worker that never answers must not hang the caller.
     raise NotImplementedError("TODO(ch02): call sum_my_share on every worker, wait for the ValueMesh, add up its values")
 
 
-def main() -> None:
-    timeout = 60
-    print("Chapter 02: actor meshes and adverbs\n")
-    procs = this_host().spawn_procs(per_host={"procs": 4})
-    try:
-        workers = spawn_workers(procs)
-
-        print("call(): every actor answers; the result is a ValueMesh keyed by coordinates")
-        for point, me in workers.whoami.call().get(timeout=timeout).items():
-            print(f"  {point}  pid {me['pid']}  spawned at {me['spawn_coords']}")
-
-        print("\nbroadcast(): fire and forget. add(10) goes to all four; nothing comes back.")
-        workers.add.broadcast(10)
-        print("call_one() on a slice: add(5) to procs=2 only")
-        print(f"  procs=2 now holds {workers.slice(procs=2).add.call_one(5).get(timeout=timeout)}")
-        print("choose(): add(1) to one actor Monarch picks, three times")
-        for _ in range(3):
-            workers.add.choose(1).get(timeout=timeout)
-        tallies = workers.add.call(0).get(timeout=timeout)
-        print(f"  tallies now: {list(tallies.values())}  (10 each from broadcast, +5 on procs=2, +3 spread by choose)")
-
-        view = workers.slice(procs=slice(2, 4))
-        print("\nA slice renumbers ranks for the message, not for the actor:")
-        for point, me in view.whoami.call().get(timeout=timeout).items():
-            print(f"  message sees {me['message_coords']} of {me['message_size']}; actor was spawned at {me['spawn_coords']}")
-
-        numbers = list(range(1, 101))
-        print("\nPer-rank work: each worker squares and sums numbers[rank::size]")
-        for point, part in workers.sum_my_share.call(numbers).get(timeout=timeout).items():
-            print(f"  {point}: {part}")
-        print(f"  sum_of_squares(all 4 workers)  = {sum_of_squares(workers, numbers, timeout)}")
-        print(f"  sum_of_squares(2-worker slice) = {sum_of_squares(view, numbers, timeout)}")
-        print(f"  plain Python, one process      = {sum(x * x for x in numbers)}")
-    finally:
-        procs.stop().get(timeout=timeout)
-        print("\nStopped the four processes.")
-
-
 if __name__ == "__main__":
+    from .ch02_plumbing import main  # the demo: given code, safe to skip
+
     run_demo(main)

@@ -11,16 +11,19 @@ they use instead:
                         +-----------------+
 
   route     pick the next healthy replica (round robin) and call it. If the
-            call fails because the replica died or did not answer in time,
-            mark it unhealthy and try another one, up to `attempts` tries.
-            An exception *inside* the endpoint is the request's fault, not
-            the replica's: it goes straight back to the caller.
+            replica died or did not answer in time, mark it unhealthy and try
+            another one, up to `attempts` tries. An exception raised *inside*
+            the endpoint is the request's fault, not the replica's: it goes
+            straight back to the caller.
   recovery  an unhealthy replica is replaced in the background by a new one
-            on a new process (a mesh with a death takes no new actors).
-  fanout    call every healthy replica (e.g. "load these weights").
+            on a new process.
+  fanout    call every healthy replica at once (e.g. "load these weights").
   sessions  route(..., session="abc") keeps going to the same replica while
             it is healthy (its caches stay warm).
 
+The service is asyncio-native: callers `await service.route(...)`, many
+requests can be in flight at once, and all of them run on one event loop.
+Between two `await`s nothing else runs, so the bookkeeping needs no locks.
 Chapter 05's `classify` tells the kinds of failure apart.
 
 Your TODOs:
@@ -28,6 +31,7 @@ Your TODOs:
   2. Service.mark_unhealthy   health bookkeeping, and start the recovery
   3. Service.route            call, and retry on another replica when one fails
 
+Given, safe to skip: ch06_plumbing.py (starting and replacing replica processes, the demo).
 Check:     pytest tests/test_ch06_service.py     (or: koans check 6)
 Run demo:  python -m solutions.ch06_service      (chaos run: add --chaos)
 Read:      docs/06_service.md
@@ -35,42 +39,21 @@ Read:      docs/06_service.md
 
 from __future__ import annotations
 
-import os
-
-# Notice dead replicas within ~1 s instead of Monarch's default ~10 s (chapter 05). Monarch reads
-# this when it is first imported, so it is set before anything imports monarch.
-os.environ.setdefault("HYPERACTOR_MESH_SUPERVISION_POLL_FREQUENCY", "1s")
-
-import signal
-import sys
-import threading
-import time
+import asyncio
 from dataclasses import dataclass, field
 
-import monarch.actor
 from koans.demo import run_demo
-from monarch.actor import Actor, ProcMesh, endpoint, this_host
 
-from .ch05_supervision import Outcome, classify
+from .ch05_supervision import classify
+from .ch06_plumbing import Replica, ReplicaPool
 
 TIMEOUT = 30.0
 
 
 @dataclass
-class Replica:
-    """One copy of the actor on a process of its own, with its health and counters."""
-
-    index: int
-    procs: ProcMesh
-    actor: object
-    generation: int = 1
-    healthy: bool = True
-    served: int = 0
-    failures: int = 0
-
-
-@dataclass
 class Attempt:
+    """One failed try of a request: which replica, what became of it ("died" or "timeout"), and why."""
+
     replica: int
     outcome: str
     detail: str
@@ -94,154 +77,82 @@ class Stats:
     ok: int = 0
     failed: int = 0  # requests that reached the caller as ServiceUnavailable
     retries: int = 0  # attempts after the first, summed over requests
-    replica_failures: int = 0
-    recoveries: int = 0
+    replica_failures: int = 0  # replicas taken out of rotation
     per_replica: dict[int, int] = field(default_factory=dict)  # replica index -> requests it served
 
 
-class Service:
-    """N replicas of `actor_class`, each on its own process, behind one `route`."""
+class Service(ReplicaPool):
+    """N replicas of `actor_class`, each on its own process, behind one `route`.
+
+    The pool it extends (ch06_plumbing.py) keeps `self.replicas`, a list of
+    Replica(index, actor, healthy, generation, ...), and replaces a dead
+    replica in the background when asked: `self.start_recovery(replica)`.
+    This class decides where each request goes.
+
+        async with Service(Echo, replicas=3) as service:
+            reply = await service.route("handle", 7)
+    """
 
     def __init__(self, actor_class: type, *args, replicas: int = 3, name: str = "replica", attempts: int = 3,
                  call_timeout: float = TIMEOUT, auto_recover: bool = True):
-        if replicas < 1 or attempts < 1:
-            raise ValueError(f"need at least 1 replica and 1 attempt, got replicas={replicas}, attempts={attempts}")
-        self.actor_class, self.args, self.name = actor_class, args, name
-        self.attempts, self.call_timeout, self.auto_recover = attempts, call_timeout, auto_recover
-        self.lock = threading.RLock()
+        if attempts < 1:
+            raise ValueError(f"need at least 1 attempt, got attempts={attempts}")
+        super().__init__(actor_class, *args, replicas=replicas, name=name, call_timeout=call_timeout)
+        self.attempts, self.auto_recover = attempts, auto_recover
         self.stats = Stats()
         self.cursor = 0  # where round robin looks next
         self.sessions: dict[str, int] = {}  # session id -> replica index
-        self.recovering: dict[int, threading.Thread] = {}
-        self.closed = False
-        self._install_fault_filter()
-        self.replicas = [self._start_replica(index, generation=1) for index in range(replicas)]
-
-    # --- given: starting and recovering replicas ---------------------------------------------
-
-    def _install_fault_filter(self) -> None:
-        """Expect our replicas to die. The service owns their meshes, so Monarch reports each death
-        to the job's fault hook, whose default ends the program. Deaths of our replicas (and of
-        Monarch's per-process "logger" meshes, which die with every process) are handled here by
-        route's retry and recovery; every other failure still goes to the previous hook."""
-        self._previous_hook = previous = monarch.actor.unhandled_fault_hook
-        prefix = f"{self.name}"
-
-        def hook(failure) -> None:
-            mesh = str(getattr(failure, "mesh_name", ""))
-            if not (mesh.startswith(prefix) or mesh.startswith("logger")):
-                previous(failure)
-
-        self._hook = hook
-        monarch.actor.unhandled_fault_hook = hook
-
-    def _start_replica(self, index: int, generation: int) -> Replica:
-        procs = this_host().spawn_procs(per_host={"procs": 1})
-        actor = procs.spawn(f"{self.name}{index}_g{generation}", self.actor_class, *self.args)
-        return Replica(index, procs, actor, generation)
-
-    def _recover(self, old: Replica) -> None:
-        """Replace `old` with a fresh replica on a new process (runs in a background thread)."""
-        try:
-            old.procs.stop().get(timeout=self.call_timeout)  # a hung process must not linger
-        except Exception:
-            pass  # a dead process may not stop cleanly; it is gone either way
-        if self.closed:
-            return
-        new = self._start_replica(old.index, old.generation + 1)
-        with self.lock:
-            if self.closed:
-                new.procs.stop().get(timeout=self.call_timeout)
-                return
-            new.served, new.failures = old.served, old.failures
-            self.replicas[old.index] = new
-            self.recovering.pop(old.index, None)
-            self.stats.recoveries += 1
-
-    def wait_recovered(self, timeout: float = TIMEOUT) -> None:
-        """Wait until every recovery started so far has finished."""
-        deadline = time.monotonic() + timeout
-        while True:
-            with self.lock:
-                threads = list(self.recovering.values())
-            if not threads:
-                return
-            for thread in threads:
-                thread.join(max(0.0, deadline - time.monotonic()))
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"replicas {sorted(self.recovering)} still recovering after {timeout} s")
-
-    def recover_now(self) -> None:
-        """Start recovering every unhealthy replica (when auto_recover is off)."""
-        with self.lock:
-            for replica in self.replicas:
-                if not replica.healthy and replica.index not in self.recovering:
-                    self._start_recovery(replica)
-
-    def _start_recovery(self, replica: Replica) -> None:
-        thread = threading.Thread(target=self._recover, args=(replica,), name=f"recover-{replica.index}", daemon=True)
-        self.recovering[replica.index] = thread
-        thread.start()
-
-    # --- the learner's part ------------------------------------------------------------------
 
     def next_replica(self, exclude: set[int] = frozenset()) -> Replica | None:
         """The next healthy replica in round-robin order, skipping `exclude`; None if there is none."""
-        with self.lock:
-            # Advance self.cursor to just past the one returned, so the next call starts after it.
-            raise NotImplementedError("TODO(ch06): scan the replicas starting at self.cursor; return the first healthy one not excluded")
+        # Move the cursor just past the replica you return, so that the next call starts after it:
+        # with three healthy replicas, calls return 0, 1, 2, 0, 1, ...
+        raise NotImplementedError("TODO(ch06): the first healthy replica at or after self.cursor, wrapping around, not in exclude")
 
     def mark_unhealthy(self, replica: Replica, why: str) -> None:
         """Take `replica` out of rotation and (with auto_recover) start replacing it."""
-        with self.lock:
-            # Act only if self.replicas[replica.index] is replica and it is healthy: two callers can see
-            # the same death. Then: healthy = False; add 1 to replica.failures and to
-            # self.stats.replica_failures; if self.auto_recover, call self._start_recovery(replica).
-            raise NotImplementedError("TODO(ch06): take a still-healthy replica out of rotation once, count it, start its recovery")
+        # Two requests can meet the same death: only the first report counts. A report about a
+        # replica that is no longer in self.replicas (already replaced) changes nothing. Count one
+        # failure on the replica and one in self.stats.replica_failures; recover if self.auto_recover.
+        raise NotImplementedError("TODO(ch06): take a replica out of rotation once, count it, and start its recovery")
 
-    def route(self, endpoint_name: str, *args, session: str | None = None, **kwargs):
+    async def route(self, endpoint_name: str, *args, session: str | None = None, **kwargs):
         """Call `endpoint_name` on one healthy replica; retry on others if a replica fails."""
-        with self.lock:
-            self.stats.requests += 1
+        self.stats.requests += 1
         attempts: list[Attempt] = []
         tried: set[int] = set()
-        #   replica = self._pick(session, tried)        (None: no healthy replica left -> stop trying)
-        #   outcome = classify(getattr(replica.actor, endpoint_name).call_one(*args, **kwargs),
-        #                      self.call_timeout, where=f"replica {replica.index}")
-        #   "ok":             self._served(replica, session); return outcome.value
-        #   "endpoint_error": raise outcome.value (the request is at fault; another replica won't help)
-        #   "died"/"timeout": self.mark_unhealthy(replica, ...); remember Attempt(replica.index, kind, outcome.summary);
-        #                     add replica.index to tried, count a retry if another attempt follows
-        # When the loop ends: count the request failed, raise ServiceUnavailable(endpoint_name, attempts, healthy).
-        raise NotImplementedError("TODO(ch06): up to self.attempts times: pick a replica, call it, and act on the Outcome")
+        # self._pick(session, tried) chooses the replica (None: nobody left to try). Each call waits at
+        # most self.call_timeout. An endpoint error goes straight back to the caller, unretried. A death
+        # or a timeout marks the replica unhealthy, is recorded as an Attempt, and the next try goes
+        # elsewhere; count stats.retries for every try after the first. On success, self._served(...).
+        # When no try is left: count stats.failed, raise ServiceUnavailable(endpoint_name, attempts,
+        # self.healthy_count()).
+        raise NotImplementedError("TODO(ch06): up to self.attempts tries, each on a replica not tried yet; return the first reply")
 
-    # --- given: sessions, fanout, stats ------------------------------------------------------
+    # --- given: sessions, fanout, counters -----------------------------------------------------
 
     def _pick(self, session: str | None, tried: set[int]) -> Replica | None:
         """The session's replica while it is healthy; otherwise the next in round robin."""
-        with self.lock:
-            if session is not None and session in self.sessions:
-                replica = self.replicas[self.sessions[session]]
-                if replica.healthy and replica.index not in tried:
-                    return replica
-            return self.next_replica(exclude=tried)
+        if session is not None and session in self.sessions:
+            replica = self.replicas[self.sessions[session]]
+            if replica.healthy and replica.index not in tried:
+                return replica
+        return self.next_replica(exclude=tried)
 
     def _served(self, replica: Replica, session: str | None) -> None:
-        with self.lock:
-            replica.served += 1
-            self.stats.ok += 1
-            self.stats.per_replica[replica.index] = self.stats.per_replica.get(replica.index, 0) + 1
-            if session is not None:
-                self.sessions[session] = replica.index
+        replica.served += 1
+        self.stats.ok += 1
+        self.stats.per_replica[replica.index] = self.stats.per_replica.get(replica.index, 0) + 1
+        if session is not None:
+            self.sessions[session] = replica.index
 
-    def fanout(self, endpoint_name: str, *args, **kwargs) -> dict[int, object]:
+    async def fanout(self, endpoint_name: str, *args, **kwargs) -> dict[int, object]:
         """Call every healthy replica at once; {replica index: reply}. Replicas that fail are marked and left out."""
-        with self.lock:
-            targets = [r for r in self.replicas if r.healthy]
-        futures = [(r, getattr(r.actor, endpoint_name).call_one(*args, **kwargs)) for r in targets]
+        targets = [r for r in self.replicas if r.healthy]
+        outcomes = await asyncio.gather(*(classify(getattr(r.actor, endpoint_name).call_one(*args, **kwargs),
+                                                   self.call_timeout) for r in targets))
         replies = {}
-        for replica, future in futures:
-            outcome = classify(future, self.call_timeout)
+        for replica, outcome in zip(targets, outcomes):
             if outcome.ok:
                 replies[replica.index] = outcome.value
             elif outcome.kind == "endpoint_error":
@@ -250,123 +161,15 @@ class Service:
                 self.mark_unhealthy(replica, outcome.kind)
         return replies
 
-    def healthy_count(self) -> int:
-        with self.lock:
-            return sum(r.healthy for r in self.replicas)
-
     def snapshot(self) -> dict:
         """Counters for reports and tests."""
-        with self.lock:
-            return {"requests": self.stats.requests, "ok": self.stats.ok, "failed": self.stats.failed,
-                    "retries": self.stats.retries, "replica_failures": self.stats.replica_failures,
-                    "recoveries": self.stats.recoveries, "per_replica": dict(self.stats.per_replica),
-                    "healthy": [r.healthy for r in self.replicas], "generations": [r.generation for r in self.replicas]}
-
-    def close(self) -> None:
-        """Stop every replica's process, after any recovery in flight."""
-        self.closed = True
-        if monarch.actor.unhandled_fault_hook is self._hook:
-            monarch.actor.unhandled_fault_hook = self._previous_hook
-        for thread in list(self.recovering.values()):
-            thread.join(self.call_timeout)
-        for replica in self.replicas:
-            try:
-                replica.procs.stop().get(timeout=self.call_timeout)
-            except Exception:
-                pass  # already dead
-
-
-class Echo(Actor):
-    """A stand-in generator: answers with its work and its pid; can fail on request."""
-
-    @endpoint
-    def handle(self, x: int) -> dict:
-        return {"x": x, "y": x * x, "pid": os.getpid()}
-
-    @endpoint
-    def whoami(self) -> int:
-        return os.getpid()
-
-    @endpoint
-    def reject(self, reason: str) -> None:
-        raise ValueError(reason)
-
-    @endpoint
-    def crash(self) -> None:
-        os._exit(1)
-
-    @endpoint
-    def hang(self, seconds: float) -> None:
-        time.sleep(seconds)
-
-
-def kill_replica(service: Service, index: int) -> int:
-    """SIGKILL replica `index`'s process from outside, as a machine failure would. Returns the pid."""
-    pid = service.replicas[index].actor.whoami.call_one().get(timeout=TIMEOUT)
-    os.kill(pid, signal.SIGKILL)
-    return pid
-
-
-def chaos(requests: int = 240, kills: int = 4, replicas: int = 3) -> dict:
-    """Send `requests` requests while killing a replica process `kills` times; report the figures."""
-    service = Service(Echo, replicas=replicas, name="chaos", attempts=replicas)
-    kill_at = {requests * (n + 1) // (kills + 1): n for n in range(kills)}
-    failed, killed = 0, []
-    try:
-        service.route("handle", 0)  # replicas are up
-        started = time.monotonic()
-        for i in range(requests):
-            if i in kill_at:
-                victim = (i // 7) % replicas
-                service.wait_recovered()  # kill a live process, not one already being replaced
-                killed.append((i, victim, kill_replica(service, victim)))
-            try:
-                assert service.route("handle", i)["y"] == i * i
-            except ServiceUnavailable:
-                failed += 1
-        took = time.monotonic() - started
-        service.wait_recovered()
-        figures = service.snapshot()
-        figures.update(killed=killed, failed_seen_by_caller=failed, seconds=took, healthy_at_end=service.healthy_count())
-        return figures
-    finally:
-        service.close()
-
-
-def main() -> None:
-    if "--chaos" in sys.argv:
-        print("Chapter 06: chaos run (killing replica processes while requests flow)\n")
-        figures = chaos()
-        for at, victim, pid in figures["killed"]:
-            print(f"  before request {at:>3}: SIGKILL replica {victim} (pid {pid})")
-        print(f"\nrequests {figures['requests'] - 1}  ok {figures['ok'] - 1}  failed {figures['failed_seen_by_caller']}  "
-              f"retried {figures['retries']}  replica deaths seen {figures['replica_failures']}  "
-              f"recoveries {figures['recoveries']}  in {figures['seconds']:.1f} s")
-        print(f"served per replica: {figures['per_replica']}; generations now {figures['generations']}; "
-              f"healthy at the end: {figures['healthy_at_end']}/{len(figures['generations'])}")
-        return
-    print("Chapter 06: a service over three replicas\n")
-    service = Service(Echo, replicas=3, name="demo")
-    try:
-        pids = [service.route("handle", i)["pid"] for i in range(6)]
-        print(f"round robin, 6 requests -> pids {pids}")
-        print(f"session 'alice' sticks: {[service.route('handle', i, session='alice')['pid'] for i in range(3)]}")
-        victim = service.sessions["alice"]
-        print(f"\nSIGKILL replica {victim} (alice's), then keep routing:")
-        kill_replica(service, victim)
-        for i in range(4):
-            reply = service.route("handle", i, session="alice")
-            print(f"  request {i} for alice answered by pid {reply['pid']}")
-        print(f"fanout right after the death: {len(service.fanout('whoami'))} replicas answer (the dead one is skipped until replaced)")
-        service.wait_recovered()
-        print(f"after recovery: {len(service.fanout('whoami'))} replicas answer; stats {service.snapshot()}")
-        try:
-            service.route("reject", "malformed prompt")
-        except Exception as err:
-            print(f"\nan endpoint error is the request's fault, not retried: {type(err).__name__}")
-    finally:
-        service.close()
+        return {"requests": self.stats.requests, "ok": self.stats.ok, "failed": self.stats.failed,
+                "retries": self.stats.retries, "replica_failures": self.stats.replica_failures,
+                "recoveries": self.recoveries, "per_replica": dict(self.stats.per_replica),
+                "healthy": [r.healthy for r in self.replicas], "generations": [r.generation for r in self.replicas]}
 
 
 if __name__ == "__main__":
+    from .ch06_plumbing import main  # the demo and the chaos run: given code, safe to skip
+
     run_demo(main)

@@ -1,12 +1,15 @@
-"""Chapter 07, given code: how a snapshot's bytes are laid out and how they travel.
-
-Read this after the chapter file. Nothing here is a TODO.
+"""Chapter 07 plumbing: how a snapshot's bytes are laid out, staged and moved.
+You may skip this file; nothing in it is a TODO. docs/07_weight_sync.md tells the story.
 
 Layout. A state dict is packed into one flat byte buffer (a "slot"); each
 distinct tensor gets an aligned byte range. Tied weights share one range.
 
     slot: |embed.weight ........|pad|layers.0.q.weight ...|q.bias|pad| ... |
           ^ offset 0                ^ offset 64*k
+
+Staging. `StagingArea` owns the slots and copies a state dict into one in
+the background (a thread on CPU, a side CUDA stream on GPU), then commits
+the version to the store.
 
 Transports. Each slot is offered to readers in the ways that can reach it:
   shm       the slot *is* a file in /dev/shm; a reader on the same host maps
@@ -20,13 +23,17 @@ Transports. Each slot is offered to readers in the ways that can reach it:
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import os
 import socket
 import tempfile
+import time
 import uuid
 import warnings
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Awaitable, Callable, Mapping
 
 import torch
 
@@ -34,6 +41,7 @@ from .ch03_rdma_transfer import TensorHandle, expose
 
 ALIGN = 64  # bytes; every tensor starts on a 64-byte boundary inside a slot
 TRANSPORTS = ("cuda_ipc", "shm", "rdma")
+STAGINGS = ("auto", "cpu", "cuda")
 
 
 # --- Layout: where each tensor lives inside one flat staging buffer -------------------
@@ -104,6 +112,49 @@ def plan_layout(state_dict: Mapping[str, torch.Tensor]) -> Layout:
 def entry_view(flat: torch.Tensor, entry: Entry) -> torch.Tensor:
     """The tensor `entry` describes, as a view into the flat byte buffer (no copy)."""
     return flat[entry.offset : entry.offset + entry.nbytes].view(entry.dtype).view(entry.shape)
+
+
+def stage(state_dict: Mapping[str, torch.Tensor], layout: Layout, slot: torch.Tensor) -> None:
+    """Copy every distinct tensor of `state_dict` to its place in the flat `slot`.
+
+    On CUDA this runs on a side stream: with non_blocking=True, copies into
+    pinned memory return at once and the GPU does them in the background.
+    """
+    for entry in layout.entries:
+        entry_view(slot, entry).copy_(state_dict[entry.name].detach(), non_blocking=True)
+
+
+def state_fingerprint(state_dict: Mapping[str, torch.Tensor]) -> str:
+    """One short hash over every name and every byte: equal fingerprints, bit-equal weights."""
+    digest = hashlib.sha256()
+    for name in sorted(state_dict):
+        tensor = state_dict[name].detach().to("cpu").contiguous().view(-1)
+        digest.update(f"{name}:{tensor.dtype}:{tuple(state_dict[name].shape)}".encode())
+        digest.update(tensor.view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+# --- Where to stage ----------------------------------------------------------------------
+
+
+def choose_staging(staging: str, weights_on_cuda: bool, visible_gpus: int | None = None) -> str:
+    """"cpu" or "cuda": where the staging slots live.
+
+    "auto" stages on the GPU when the weights are on a GPU that every process
+    of this host shares (this process sees exactly one GPU, as when trainer and
+    generators share it): readers then copy device to device through CUDA IPC.
+    Otherwise it stages into pinned host memory, which every transport can
+    reach (shared memory on this host, RDMA from others).
+    """
+    if staging not in STAGINGS:
+        raise ValueError(f"staging must be one of {STAGINGS}, not {staging!r}")
+    if staging == "cuda" and not weights_on_cuda:
+        raise ValueError("staging='cuda' stages GPU weights into GPU memory, but these weights are on the CPU")
+    if staging != "auto":
+        return staging
+    if visible_gpus is None:
+        visible_gpus = torch.cuda.device_count() if weights_on_cuda else 0
+    return "cuda" if weights_on_cuda and visible_gpus == 1 else "cpu"
 
 
 # --- Transports: the ways a reader can reach a slot's bytes ---------------------------
@@ -203,6 +254,90 @@ def _pin_in_place(flat: torch.Tensor) -> bool:
     return True
 
 
+class StagingArea:
+    """The trainer's slots, and the background copy of a state dict into one of them.
+
+    `start(state_dict, slot, version)` returns at once. The copy runs in the
+    background (a thread on CPU; a side CUDA stream on GPU); when it is done,
+    the version is committed to the store. `wait_copied()` returns when the
+    weights may change again (the copy no longer reads them).
+    """
+
+    def __init__(self, state_dict: Mapping[str, torch.Tensor], store, num_slots: int, staging: str,
+                 rdma_chunk_bytes: int, timeout: float):
+        self.layout = plan_layout(state_dict)
+        self.store, self.timeout = store, timeout
+        on_cuda = any(t.is_cuda for t in state_dict.values())
+        self.where = choose_staging(staging, on_cuda)
+        remove_orphaned_shm_files()
+        self.slots = [StagingSlot(self.layout.total_bytes, self.where, on_cuda, rdma_chunk_bytes) for _ in range(num_slots)]
+        self.copy_stream = torch.cuda.Stream() if on_cuda else None
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="weight-staging")
+        self._in_flight: Future | None = None
+        self._copied_event = None
+        self.staging_s: list[float] = []  # per staged version, in the background
+
+    @property
+    def offers(self) -> list[dict]:
+        return [slot.offers for slot in self.slots]
+
+    def check_matches(self, state_dict: Mapping[str, torch.Tensor]) -> None:
+        """A state dict unlike the first one would be staged wrong: say so now, not in a background thread."""
+        same = set(state_dict) == set(self.layout.names) and all(
+            tuple(state_dict[e.name].shape) == e.shape and state_dict[e.name].dtype == e.dtype for e in self.layout.entries
+        )
+        if not same:
+            raise ValueError("publish() got a state dict whose names, shapes or dtypes differ from the one this "
+                             "WeightPublisher was made for; make a new WeightPublisher for a new model")
+
+    def start(self, state_dict: Mapping[str, torch.Tensor], slot: int, version: int) -> None:
+        """Copy `state_dict` into `slot` in the background; commit `version` when the copy is done."""
+        if self.copy_stream is not None:
+            self.copy_stream.wait_stream(torch.cuda.current_stream())  # after the step that made these weights
+            began = time.perf_counter()
+            with torch.cuda.stream(self.copy_stream):
+                stage(state_dict, self.layout, self.slots[slot].flat)
+                self._copied_event = torch.cuda.Event()
+                self._copied_event.record()
+            self._in_flight = self._worker.submit(self._commit_when_copied, slot, version, began, self._copied_event)
+        else:
+            self._in_flight = self._worker.submit(self._stage_then_commit, dict(state_dict), slot, version)
+
+    def _stage_then_commit(self, state_dict, slot: int, version: int) -> None:
+        began = time.perf_counter()
+        try:
+            stage(state_dict, self.layout, self.slots[slot].flat)
+        except BaseException:
+            self.store.abort.call_one(slot).get(timeout=self.timeout)
+            raise
+        self.staging_s.append(time.perf_counter() - began)
+        self.store.commit.call_one(slot, version, time.time()).get(timeout=self.timeout)
+
+    def _commit_when_copied(self, slot: int, version: int, began: float, copied) -> None:
+        copied.synchronize()
+        self.staging_s.append(time.perf_counter() - began)
+        self.store.commit.call_one(slot, version, time.time()).get(timeout=self.timeout)
+
+    async def finish(self) -> None:
+        """Wait for the last staging and its commit (normally long done); re-raise its error."""
+        if self._in_flight is not None:
+            in_flight, self._in_flight = self._in_flight, None
+            await asyncio.wait_for(asyncio.wrap_future(in_flight), self.timeout)
+
+    async def wait_copied(self) -> None:
+        """Return when the weights may change: the last copy no longer reads them."""
+        if self.copy_stream is not None and self._copied_event is not None:
+            # The GPU waits, not the CPU: later kernels on the trainer's stream start after the copies.
+            torch.cuda.current_stream().wait_event(self._copied_event)
+        else:
+            await self.finish()
+
+    def close(self) -> None:
+        self._worker.shutdown(wait=True)
+        for slot in self.slots:
+            slot.close()
+
+
 def pick_transport(offers: dict, wanted: str, device: torch.device) -> str:
     """The fastest transport offered that works from here; `wanted` forces one."""
     if wanted != "auto":
@@ -210,7 +345,7 @@ def pick_transport(offers: dict, wanted: str, device: torch.device) -> str:
             raise ValueError(f"transport must be 'auto' or one of {TRANSPORTS}, not {wanted!r}")
         if wanted not in offers:
             raise ValueError(f"transport {wanted!r} is not offered for this snapshot (offered: {sorted(offers)}); "
-                             "cuda_ipc needs staging='cuda', shm needs staging on the CPU")
+                             "cuda_ipc needs staging on the GPU, shm needs staging on the CPU")
         return wanted
     here = socket.gethostname()
     ipc = offers.get("cuda_ipc")
@@ -222,30 +357,45 @@ def pick_transport(offers: dict, wanted: str, device: torch.device) -> str:
     return "rdma"
 
 
+# --- Reading a snapshot ---------------------------------------------------------------------
+
+
 class _MappedSource:
-    """Bytes the reader can see in place: a shared-memory file, or a GPU slot via CUDA IPC."""
+    """Bytes the reader sees in place: a shared-memory file, or a GPU slot through CUDA IPC."""
 
     def __init__(self, flat: torch.Tensor):
         self.flat = flat
+
+    async def fetch(self, entries: list[Entry]) -> None:
+        pass  # nothing to move: the bytes are already visible here
 
     def view(self, entry: Entry) -> torch.Tensor:
         return entry_view(self.flat, entry)
 
 
 class _RdmaSource:
-    """Bytes pulled chunk by chunk into local memory, each chunk just before it is needed."""
+    """Bytes pulled into local memory by RDMA, the chunks each group of tensors needs, just before it."""
 
     def __init__(self, offer: RdmaOffer, landing: torch.Tensor, timeout: float):
         self.offer, self.flat, self.timeout = offer, landing, timeout
         self.fetched: set[int] = set()
 
-    def view(self, entry: Entry) -> torch.Tensor:
+    async def fetch(self, entries: list[Entry]) -> None:
+        wanted = []
         for index, (start, handle) in enumerate(self.offer.chunks):
-            overlaps = start < entry.offset + entry.nbytes and entry.offset < start + handle.nbytes
-            if overlaps and index not in self.fetched:
-                handle.buffer.read_into(self.flat[start : start + handle.nbytes], timeout=int(self.timeout)).get(timeout=self.timeout)
+            if index not in self.fetched and any(start < e.offset + e.nbytes and e.offset < start + handle.nbytes
+                                                 for e in entries):
+                wanted.append((self.flat[start : start + handle.nbytes], handle))
                 self.fetched.add(index)
+        await read_chunks(wanted, self.timeout)
+
+    def view(self, entry: Entry) -> torch.Tensor:
         return entry_view(self.flat, entry)
+
+
+async def read_chunks(pairs: list[tuple[torch.Tensor, TensorHandle]], timeout: float) -> None:
+    """Read each handle into its destination, all at once."""
+    await asyncio.gather(*(handle.buffer.read_into(destination, timeout=int(timeout)) for destination, handle in pairs))
 
 
 class SourceCache:
@@ -272,3 +422,52 @@ class SourceCache:
             if key not in self.mapped:
                 self.mapped[key] = rebuild_cuda_tensor(*offer.ipc)
         return _MappedSource(self.mapped[key])
+
+
+async def load_snapshot(targets: Mapping[str, torch.Tensor], layout: Layout, source,
+                        halfway: Callable[[], Awaitable[None]] | None = None) -> None:
+    """Copy every target tensor from the snapshot, converting dtype and device on the way.
+
+    A tensor tied to another (same memory) is written once. `halfway`, if
+    given, is awaited after about half of the tensors are loaded (tests use it
+    to hold a reader in the middle of a read). When this returns, every copy
+    has finished, GPU copies included: the slot may be handed back.
+    """
+    names = list(targets)
+    halves = [names[: (len(names) + 1) // 2], names[(len(names) + 1) // 2 :]]
+    written: set[tuple] = set()
+    for number, part in enumerate(halves):
+        await source.fetch([layout.entry(name) for name in part])
+        for name in part:
+            target = targets[name]
+            key = (target.untyped_storage().data_ptr(), target.storage_offset(), tuple(target.shape))
+            if key not in written:
+                written.add(key)
+                with torch.no_grad():
+                    target.copy_(source.view(layout.entry(name)))
+        if number == 0 and halfway is not None:
+            await halfway()
+    if any(t.is_cuda for t in targets.values()) or getattr(getattr(source, "flat", None), "is_cuda", False):
+        torch.cuda.synchronize()  # device copies are asynchronous: finish them before the lease goes back
+
+
+def check_compatible(targets: Mapping[str, torch.Tensor], layout: Layout) -> None:
+    """Raise ValueError naming every mismatch between the generator's weights and the trainer's."""
+    published = set(layout.names)
+    missing = [n for n in targets if n not in published]
+    unfilled = [n for n in layout.names if n not in targets]
+    wrong_shape = [
+        f"{n}: here {tuple(t.shape)}, published {layout.entry(n).shape}"
+        for n, t in targets.items()
+        if n in published and tuple(t.shape) != layout.entry(n).shape
+    ]
+    problems = []
+    if missing:
+        problems.append(f"the trainer publishes no {missing[:5]}")
+    if unfilled:
+        problems.append(f"the generator has nothing to load {unfilled[:5]} into")
+    if wrong_shape:
+        problems.append("shapes differ: " + "; ".join(wrong_shape[:5]))
+    if problems:
+        raise ValueError("the generator's weights do not match the published ones: " + ", and ".join(problems)
+                         + ". Build both sides from the same model config.")

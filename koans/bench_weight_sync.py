@@ -19,6 +19,7 @@ machinery, not model math. The JSON keys are documented in docs/07_weight_sync.m
 from __future__ import annotations
 
 import argparse
+import asyncio
 import importlib
 import json
 import os
@@ -93,38 +94,39 @@ class BenchTrainer(Actor):
             torch.cuda.synchronize()
 
     @endpoint
-    def run(self, syncs: int, step_ms: float, generators=None) -> dict:
+    async def run(self, syncs: int, step_ms: float, generators=None) -> dict:
         """One warm-up step, then `syncs` measured ones. Without generators: staged mode; with them: blocking."""
+        staging = self.publisher.staging
         blocked, published_at, skipped = [], {}, 0
         for step in range(syncs + 1):  # step 0 warms up (first touch of memory, first connections)
             time.sleep(step_ms / 1000)  # forward and backward: the accelerator is busy, weights are only read
-            before, staged_before = self.publisher.blocked_s, len(self.publisher.staging_s)
+            staged_before = len(staging.staging_s)
             started = time.perf_counter()
-            self.publisher.wait_staged()
+            await self.publisher.wait_staged()
+            waited = time.perf_counter() - started
             self._optimizer_step(step)
             published_at[step + 1] = time.time()
-            version = self.publisher.publish(self.state, version=step + 1)
+            began = time.perf_counter()
+            version = await self.publisher.publish(self.state, version=step + 1)
+            took = waited + time.perf_counter() - began
             skipped += version is None
-            while version is None and step in (0, syncs):  # warm-up and last versions must get out
-                time.sleep(0.01)
-                version = self.publisher.publish(self.state, version=step + 1)
+            if version is None and step in (0, syncs):  # warm-up and last versions must get out
+                await self.publisher.publish_until_out(self.state, step + 1)
             if generators is not None:  # blocking: everyone holds the new version before training goes on
-                self.publisher.flush()
-                generators.pull.call().get(timeout=TIMEOUT)
+                await staging.finish()
+                await asyncio.wait_for(generators.pull.call(), TIMEOUT)
                 took = time.perf_counter() - started
-            else:
-                took = self.publisher.blocked_s - before
             if step > 0:
                 blocked.append(took)
             if step == 0:
-                self.publisher.flush()
-                del self.publisher.staging_s[staged_before:]
-        self.publisher.flush()
+                await staging.finish()
+                del staging.staging_s[staged_before:]
+        await staging.finish()
         return {"blocked_s": blocked, "published_at": published_at, "skipped": skipped,
-                "staging_s": list(self.publisher.staging_s), "nbytes": self.nbytes}
+                "staging_s": list(staging.staging_s), "nbytes": self.nbytes}
 
     @endpoint
-    def copy_limits(self) -> dict:
+    async def copy_limits(self) -> dict:
         """Best of 3 plain copies of the same number of bytes, in this process."""
 
         def best(copy) -> float:
@@ -144,11 +146,13 @@ class BenchTrainer(Actor):
             gpu = torch.ones(self.nbytes, dtype=torch.uint8, device="cuda")
             limits["d2h_pinned_gbps"] = best(lambda: pinned.copy_(gpu, non_blocking=True))
             limits["h2d_pinned_gbps"] = best(lambda: gpu.copy_(pinned, non_blocking=True))
+            other = torch.empty_like(gpu)
+            limits["d2d_gbps"] = best(lambda: other.copy_(gpu))
         return limits
 
     @endpoint
-    def close(self) -> None:
-        self.publisher.close()
+    async def close(self) -> None:
+        await self.publisher.close()
 
 
 class BenchGenerator(Actor):
@@ -159,26 +163,24 @@ class BenchGenerator(Actor):
         self.device = device
         self.reader = _chapter(chapter).SnapshotReader(store, self.weights, transport=transport, timeout=TIMEOUT)
 
-    def _timed_pull(self) -> tuple[int | None, float]:
+    async def _timed_pull(self) -> tuple[int | None, float]:
         started = time.perf_counter()
-        version = self.reader.pull_and_load()
-        if self.device == "cuda":
-            torch.cuda.synchronize()
+        version = await self.reader.pull_and_load()
         return version, time.perf_counter() - started
 
     @endpoint
-    def pull(self) -> float:
+    async def pull(self) -> float:
         """Blocking mode: pull now (the trainer is waiting for us)."""
-        return self._timed_pull()[1]
+        return (await self._timed_pull())[1]
 
     @endpoint
-    def ready(self) -> None:
+    async def ready(self) -> None:
         """Touch our weights once, as a loaded model would have."""
         for tensor in self.weights.values():
             tensor.zero_()
 
     @endpoint
-    def follow(self, last_version: int, gen_ms: float) -> dict:
+    async def follow(self, last_version: int, gen_ms: float) -> dict:
         """Staged mode: generate, pull if something newer is out, repeat until `last_version` is loaded.
 
         Version 1 is the trainer's warm-up and is left out of the figures.
@@ -186,8 +188,8 @@ class BenchGenerator(Actor):
         stalls, loaded_at = [], {}
         deadline = time.monotonic() + TIMEOUT
         while self.reader.version < last_version and time.monotonic() < deadline:
-            time.sleep(gen_ms / 1000)  # one generation with the weights we have
-            version, took = self._timed_pull()
+            time.sleep(gen_ms / 1000)  # one generation with the weights we have: the accelerator is busy
+            version, took = await self._timed_pull()
             if version is not None and version > 1:
                 stalls.append(took)
                 loaded_at[version] = time.time()

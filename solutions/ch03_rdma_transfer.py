@@ -21,6 +21,11 @@ owner's memory as it is then: a pointer, not a copy.
              +-------------------------------------------+
                             data plane
 
+Monarch's own rules for a buffer: one flat (1-D), contiguous, non-empty
+block; a read needs a destination that is 1-D, contiguous and big enough.
+RDMA copies raw bytes and never checks dtypes, so this chapter adds a rule of
+its own: the destination has exactly the handle's dtype and element count.
+
 Without an RDMA network card Monarch falls back to TCP (a warning says so).
 The API and the lesson are the same; only the speed differs.
 
@@ -38,14 +43,13 @@ from __future__ import annotations
 
 import hashlib
 import pickle
-import time
 import warnings
 from dataclasses import dataclass
 
 import torch
 from koans.demo import run_demo
-from monarch.actor import Actor, endpoint, this_host
-from monarch.rdma import RDMABuffer, RDMATcpFallbackWarning, get_rdma_backend
+from monarch.actor import Actor, endpoint
+from monarch.rdma import RDMABuffer, RDMATcpFallbackWarning
 
 # Our machines have no RDMA card; saying so once per process is enough.
 warnings.simplefilter("ignore", RDMATcpFallbackWarning)
@@ -63,59 +67,89 @@ class TensorHandle:
     def nbytes(self) -> int:
         return self.numel * self.dtype.itemsize
 
+    @property
+    def allocation(self) -> str:
+        """How a reader allocates a destination for this handle."""
+        return f"torch.empty({self.numel}, dtype={self.dtype})"
+
+
+# --- What expose() and pull_into() say when they refuse (given) ---------------------------
+# Each returns the exact message for one rule. The tests compare messages exactly, so they
+# check which rule fired, in which order, not how you phrase it.
+
+
+def not_a_tensor(value) -> str:
+    return f"expose() takes a torch.Tensor, got {type(value).__name__}"
+
+
+def not_flat(tensor: torch.Tensor) -> str:
+    return (f"expose() needs a 1-D tensor, got shape {tuple(tensor.shape)}. Expose tensor.view(-1) instead: "
+            "the same memory, flat, so the handle still sees updates.")
+
+
+def not_contiguous(tensor: torch.Tensor) -> str:
+    return (f"expose() needs contiguous memory, but this tensor steps through it with strides {tensor.stride()}. "
+            "Expose tensor.contiguous(), a packed copy, and keep it alive: later changes to the original will not show.")
+
+
+def empty_tensor(tensor: torch.Tensor) -> str:
+    return "expose() got an empty tensor: there are no bytes to point at. Expose a tensor with at least one element."
+
+
+def wrong_dtype(destination: torch.Tensor, handle: TensorHandle) -> str:
+    return (f"destination dtype {destination.dtype} is not the remote {handle.dtype}: RDMA copies raw bytes and "
+            f"never converts. Read into {handle.allocation}, then convert with .to().")
+
+
+def wrong_layout(destination: torch.Tensor, handle: TensorHandle) -> str:
+    return f"destination must be 1-D and contiguous, got shape {tuple(destination.shape)}. Allocate {handle.allocation}."
+
+
+def wrong_count(destination: torch.Tensor, handle: TensorHandle) -> str:
+    return (f"destination holds {destination.numel()} elements but the remote tensor has {handle.numel}. "
+            f"Allocate {handle.allocation}.")
+
+
+# --- Your part ---------------------------------------------------------------------------
+
 
 def expose(tensor: torch.Tensor) -> TensorHandle:
-    """A handle through which other processes can read `tensor`'s memory.
+    """A handle through which other processes can read `tensor`'s memory (not a copy of it).
 
-    The memory must be one flat, contiguous, non-empty block, and it must stay
-    alive (keep a reference to `tensor`) for as long as the handle is in use.
-    Bad tensors raise ValueError (TypeError for non-tensors) with a fix.
+    The memory must stay alive (keep a reference to `tensor`) while the handle is in use.
     """
-    # >>> TODO(ch03): reject what RDMA cannot point at, then wrap the tensor in an RDMABuffer
-    # Check, in this order, each with a message that says what to do instead:
-    #   not a torch.Tensor (TypeError), not 1-D, not contiguous, empty (ValueError).
-    # Then return TensorHandle(RDMABuffer(tensor), tensor.dtype, tensor.numel()).
+    # >>> TODO(ch03): refuse what RDMA cannot point at, then wrap the tensor itself in an RDMABuffer
+    # Refuse, in this order: not a torch.Tensor (TypeError), not 1-D, not contiguous, empty
+    # (ValueError), each with its message from above. The handle must point at this tensor's own
+    # memory, so that a reader sees the owner's later in-place updates.
     if not isinstance(tensor, torch.Tensor):
-        raise TypeError(f"expose() takes a torch.Tensor, got {type(tensor).__name__}")
+        raise TypeError(not_a_tensor(tensor))
     if tensor.dim() != 1:
-        raise ValueError(
-            f"expose() needs a 1-D tensor, got shape {tuple(tensor.shape)}. "
-            "Expose tensor.view(-1) instead: it is the same memory, flat, so the handle still sees updates."
-        )
+        raise ValueError(not_flat(tensor))
     if not tensor.is_contiguous():
-        raise ValueError(
-            f"expose() needs contiguous memory, but this tensor skips through it with stride {tensor.stride()}. "
-            "Expose tensor.contiguous(), a packed copy, and keep that copy alive: "
-            "later changes to the original will not show through the handle."
-        )
+        raise ValueError(not_contiguous(tensor))
     if tensor.numel() == 0:
-        raise ValueError("expose() got an empty tensor: there are no bytes to point at. Expose a tensor with at least one element.")
+        raise ValueError(empty_tensor(tensor))
     return TensorHandle(RDMABuffer(tensor), tensor.dtype, tensor.numel())
     # <<< TODO
 
 
 async def pull_into(handle: TensorHandle, destination: torch.Tensor, timeout: int = 60) -> torch.Tensor:
-    """Copy the remote tensor behind `handle` into `destination`, and return it.
+    """Copy the remote tensor behind `handle` into `destination`, and return `destination`.
 
-    `destination` is allocated once by the reader and reused for every pull:
-    a 1-D contiguous tensor with the handle's dtype and number of elements.
-    A wrong one raises ValueError that says what to allocate.
+    The reader allocates `destination` once (`handle.allocation` says how) and reuses it
+    for every pull.
     """
     # >>> TODO(ch03): check the destination against the handle, then await the RDMA read into it
-    # Wanted: torch.empty(handle.numel, dtype=handle.dtype). Check dtype, then 1-D and contiguous,
-    # then the element count. handle.buffer.read_into(dst, timeout=timeout) returns a Future: await it.
-    wanted = f"torch.empty({handle.numel}, dtype={handle.dtype})"
+    # Refuse (ValueError, messages from above), in this order: another dtype; not 1-D or not
+    # contiguous; another element count. Then read the remote bytes into `destination` itself,
+    # waiting at most `timeout` seconds, and return it.
     if destination.dtype != handle.dtype:
-        raise ValueError(
-            f"destination dtype {destination.dtype} does not match the remote {handle.dtype}: RDMA copies raw bytes "
-            f"and never converts. Read into {wanted}, then convert with .to()."
-        )
+        raise ValueError(wrong_dtype(destination, handle))
     if destination.dim() != 1 or not destination.is_contiguous():
-        raise ValueError(f"destination must be 1-D and contiguous, got shape {tuple(destination.shape)}. Allocate {wanted}.")
+        raise ValueError(wrong_layout(destination, handle))
     if destination.numel() != handle.numel:
-        raise ValueError(
-            f"destination holds {destination.numel()} elements but the remote tensor has {handle.numel}. Allocate {wanted}."
-        )
+        raise ValueError(wrong_count(destination, handle))
     await handle.buffer.read_into(destination, timeout=timeout)
     return destination
     # <<< TODO
@@ -180,39 +214,7 @@ class Reader(Actor):
         return fingerprint(self.destination)
 
 
-def main() -> None:
-    timeout = 60
-    numel = 16 * 1024 * 1024  # 64 MiB of float32
-    print(f"Chapter 03: RDMA transfer (backend: {get_rdma_backend()})\n")
-    procs = this_host().spawn_procs(per_host={"procs": 2})
-    try:
-        owner = procs.slice(procs=0).spawn("owner", TensorOwner, numel)
-        reader = procs.slice(procs=1).spawn("reader", Reader, numel)
-
-        handle = owner.handle.call_one().get(timeout=timeout)
-        print(f"Owner holds {handle.nbytes / 2**20:.0f} MiB; its handle is {message_bytes(handle)} bytes in a message.")
-
-        start = time.perf_counter()
-        got = reader.pull.call_one(handle).get(timeout=timeout)
-        first_s = time.perf_counter() - start
-        print(f"\nReader pulled it by handle: fingerprint {got} (owner: {owner.fingerprint.call_one().get(timeout=timeout)})")
-        print(f"  first pull {first_s * 1e3:.0f} ms (includes one-time RDMA setup in both processes)")
-
-        start = time.perf_counter()
-        copy = owner.send_copy.call_one().get(timeout=timeout)
-        message_s = time.perf_counter() - start
-        print(f"The same tensor as a message reply: {message_bytes(copy) / 2**20:.1f} MiB pickled, {message_s * 1e3:.0f} ms")
-
-        new = owner.add_.call_one(1.0).get(timeout=timeout)
-        print("\nOwner adds 1.0 in place. Then:")
-        print(f"  the copy we were sent is stale:    {fingerprint(copy)} != {new}")
-        start = time.perf_counter()
-        again = reader.pull.call_one(handle).get(timeout=timeout)
-        print(f"  a re-read through the same handle: {again} == {new}  ({(time.perf_counter() - start) * 1e3:.0f} ms)")
-        print("\nA handle is a pointer: small to send, and always reads what is there now.")
-    finally:
-        procs.stop().get(timeout=timeout)
-
-
 if __name__ == "__main__":
+    from .ch03_plumbing import main  # the demo: given code, safe to skip
+
     run_demo(main)

@@ -1,20 +1,17 @@
-"""Given code for chapter 10: the policy, its tokenizer, the task and its reward.
-
-Nothing here is a TODO. It is the "model side" of the trainer, kept apart so
-that ch10_qwen_grpo.py shows only the RL infrastructure. Read it once:
+"""Chapter 10, given: the policy, its tokenizer, the task and its reward. You may skip this file;
+nothing in it is a TODO, and docs/10_qwen_grpo.md explains the task. What it holds:
 
   load_policy(None)          a tiny Qwen2 (random init) and a character tokenizer, built offline
   load_policy("random:qwen2.5-0.5b")   Qwen2.5-0.5B's shape, random weights (GPU benchmarks)
   load_policy("path/or/id")  any Hugging Face causal LM with its tokenizer and chat template,
                              through from_pretrained (e.g. Qwen/Qwen2.5-0.5B-Instruct)
   CountingTask               "Count to 5:" -> "1 2 3 4 5", a reward in [0, 1]
-  sample_group               G sampled answers to one prompt, with their log-probabilities
-  response_logprobs          log p(each response token | everything before it)
+  sample_group               G sampled answers to one prompt (token ids, mask, text)
 
 Both the tiny and the real model go through the same code: a chat template
 turns the task's message into the prompt text, and `generate` samples from
 exactly the model's distribution (temperature 1, no top-k/top-p), so the
-log-probabilities the generator reports are those of the policy that acted.
+log-probabilities computed for what it sampled are those of the policy that acted.
 """
 
 from __future__ import annotations
@@ -153,33 +150,13 @@ def pad_left(rows: list[torch.Tensor], pad_id: int) -> tuple[torch.Tensor, torch
 
 @torch.no_grad()
 def sample_group(model, tokenizer, prompt: Prompt, group_size: int, max_new_tokens: int = 16) -> dict:
-    """`group_size` sampled responses to one prompt: token ids, mask, log-probs and decoded text."""
+    """`group_size` sampled responses to one prompt: prompt ids, response ids, mask and decoded text."""
     ids = torch.tensor([prompt_ids(tokenizer, prompt)] * group_size, device=model.device)
-    prompt_attention = torch.ones_like(ids)
-    out = model.generate(ids, attention_mask=prompt_attention, do_sample=True, temperature=1.0, top_k=0,
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=1.0, top_k=0,
                          top_p=1.0, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
                          eos_token_id=tokenizer.eos_token_id)
     responses = out[:, ids.shape[1]:]
     mask = response_mask(responses, tokenizer.eos_token_id)
-    logps = response_logprobs(model, ids, prompt_attention, responses, mask)
     known = torch.where(responses < len(tokenizer), responses, tokenizer.unk_token_id or 0)  # a random 0.5B's vocab
     texts = [tokenizer.decode(r[m.bool()], skip_special_tokens=True) for r, m in zip(known, mask)]
-    return {"prompt_ids": ids[0].cpu(), "responses": responses.cpu(), "mask": mask.cpu(),
-            "logps": logps.float().cpu(), "texts": texts}
-
-
-def response_logprobs(model, prompts: torch.Tensor, prompt_attention: torch.Tensor, responses: torch.Tensor,
-                      mask: torch.Tensor) -> torch.Tensor:
-    """[B, T] log p(response token t | prompt, tokens < t); 0 where mask is 0.
-
-    One forward pass over prompt+response. The logits at position i predict
-    token i+1, so the response's predictions start one before it does.
-    Prompts may be left-padded: positions count only the real tokens.
-    """
-    full = torch.cat([prompts, responses], dim=1)
-    attention = torch.cat([prompt_attention, mask.to(prompt_attention.dtype)], dim=1)
-    positions = (attention.cumsum(1) - 1).clamp(min=0)
-    logits = model(input_ids=full, attention_mask=attention, position_ids=positions).logits
-    logits = logits[:, prompts.shape[1] - 1:-1].float()
-    logps = torch.log_softmax(logits, dim=-1).gather(-1, responses.unsqueeze(-1)).squeeze(-1)
-    return logps * mask
+    return {"prompt_ids": ids[0].cpu(), "responses": responses.cpu(), "mask": mask.cpu(), "texts": texts}

@@ -1,4 +1,10 @@
-"""Chapter 06: a service with retry and recovery. Run: pytest tests/test_ch06_service.py"""
+"""Chapter 06: a service with retry and recovery. Run: pytest tests/test_ch06_service.py
+
+Every test runs its scenario on one asyncio event loop (the `aio` fixture), as a
+service's callers do: requests and background recoveries share that loop.
+"""
+
+import asyncio
 
 import pytest
 from monarch.actor import ActorError
@@ -7,155 +13,210 @@ from koans.testing import STARTUP_TIMEOUT, TIMEOUT
 
 
 @pytest.fixture
-def make_service(chapter, request):
+def make_service(chapter, plumbing, aio, test_tag):
     """Factory for Services of Echo replicas; every one is closed at teardown (no process left)."""
     made = []
 
     def make(replicas=3, **options):
         options.setdefault("call_timeout", TIMEOUT)
-        service = chapter.Service(chapter.Echo, replicas=replicas, name=f"svc{len(made)}_", **options)
+        service = chapter.Service(plumbing.Echo, replicas=replicas, name=f"svc{len(made)}_{test_tag}_", **options)
         made.append(service)
         return service
 
     yield make
     for service in made:
-        service.close()
+        aio.run(service.close())
 
 
-def pids_of(service):
-    return [service.route("handle", i)["pid"] for i in range(len(service.replicas))]
+async def gather(*awaitables):
+    return await asyncio.gather(*awaitables)
+
+
+async def pids_of(service):
+    return [(await service.route("handle", i))["pid"] for i in range(len(service.replicas))]
+
+
+@pytest.fixture(scope="module")
+def idle_service(chapter, plumbing, module_aio):
+    """One service of 4 Echo replicas that no test kills, shared by the bookkeeping tests.
+    Each test gets it back all healthy, with fresh counters and the cursor at 0."""
+    service = chapter.Service(plumbing.Echo, replicas=4, name="idle_svc_", auto_recover=False, call_timeout=TIMEOUT)
+    yield service
+    module_aio.run(service.close())
+
+
+@pytest.fixture
+def four(chapter, idle_service):
+    for replica in idle_service.replicas:
+        replica.healthy, replica.failures = True, 0
+    idle_service.cursor, idle_service.stats, idle_service.sessions = 0, chapter.Stats(), {}
+    return idle_service
 
 
 # --- TODO 1: Service.next_replica -------------------------------------------------------------
 
 
 @pytest.mark.todo("Service.next_replica")
-def test_next_replica_goes_round_robin_over_the_healthy_ones(make_service):
-    service = make_service(auto_recover=False)
-    assert [service.next_replica().index for _ in range(7)] == [0, 1, 2, 0, 1, 2, 0]
-    service.replicas[1].healthy = False
-    assert [service.next_replica().index for _ in range(4)] == [2, 0, 2, 0], "an unhealthy replica is skipped"
-    assert service.next_replica(exclude={0, 2}) is None, "nothing healthy outside the excluded ones"
-    assert service.next_replica(exclude={0}).index == 2
+def test_next_replica_goes_round_robin_over_the_healthy_ones(four):
+    assert [four.next_replica().index for _ in range(9)] == [0, 1, 2, 3, 0, 1, 2, 3, 0]
+    four.replicas[1].healthy = False
+    assert [four.next_replica().index for _ in range(4)] == [2, 3, 0, 2], "an unhealthy replica is skipped"
+    assert four.next_replica(exclude={0, 2, 3}) is None, "nothing healthy outside the excluded ones"
+    assert four.next_replica(exclude={0, 3}).index == 2
+    assert four.next_replica().index == 3, "the cursor moved past the replica picked last (2)"
+    for replica in four.replicas:
+        replica.healthy = False
+    assert four.next_replica() is None, "no healthy replica at all"
+
+
+@pytest.mark.todo("Service.next_replica")
+def test_round_robin_resumes_after_a_skip(four):
+    assert four.next_replica(exclude={0, 1}).index == 2
+    assert [four.next_replica().index for _ in range(5)] == [3, 0, 1, 2, 3], "the next pick starts after 2"
 
 
 # --- TODO 2: Service.mark_unhealthy -----------------------------------------------------------
 
 
 @pytest.mark.todo("Service.mark_unhealthy")
-def test_marking_takes_a_replica_out_once(make_service):
-    service = make_service(auto_recover=False)
-    replica = service.replicas[1]
-    service.mark_unhealthy(replica, "test")
-    service.mark_unhealthy(replica, "seen twice")
-    snapshot = service.snapshot()
-    assert snapshot["healthy"] == [True, False, True]
+def test_marking_takes_a_replica_out_once(four):
+    replica = four.replicas[1]
+    four.mark_unhealthy(replica, "died")
+    four.mark_unhealthy(replica, "died, seen by a second request")
+    snapshot = four.snapshot()
+    assert snapshot["healthy"] == [True, False, True, True]
     assert (replica.failures, snapshot["replica_failures"]) == (1, 1), "two reports of one death count once"
-    assert [service.next_replica().index for _ in range(4)] == [0, 2, 0, 2]
+    assert [four.next_replica().index for _ in range(4)] == [0, 2, 3, 0]
+    assert four.recovering == {}, "auto_recover=False: nothing is replaced"
 
 
 @pytest.mark.todo("Service.mark_unhealthy")
-def test_a_marked_replica_is_recovered_on_a_new_process(make_service):
+def test_a_marked_replica_is_recovered_on_a_new_process_and_late_reports_change_nothing(make_service, aio):
     service = make_service()
-    old_pid = service.replicas[2].actor.whoami.call_one().get(timeout=STARTUP_TIMEOUT)
-    service.mark_unhealthy(service.replicas[2], "test")
-    service.wait_recovered(timeout=STARTUP_TIMEOUT)
+
+    async def scenario():
+        old = service.replicas[2]
+        old_pid = await asyncio.wait_for(old.actor.whoami.call_one(), STARTUP_TIMEOUT)
+        service.mark_unhealthy(old, "died")
+        await service.wait_recovered(timeout=STARTUP_TIMEOUT)
+        service.mark_unhealthy(old, "a late report about the old replica")
+        new_pid = await asyncio.wait_for(service.replicas[2].actor.whoami.call_one(), STARTUP_TIMEOUT)
+        return old_pid, new_pid
+
+    old_pid, new_pid = aio.run(scenario())
     snapshot = service.snapshot()
-    assert snapshot["healthy"] == [True, True, True] and snapshot["recoveries"] == 1
-    assert snapshot["generations"] == [1, 1, 2]
-    assert service.replicas[2].actor.whoami.call_one().get(timeout=STARTUP_TIMEOUT) != old_pid
+    assert snapshot["healthy"] == [True, True, True], "the replacement is healthy, and a late report leaves it so"
+    assert (snapshot["replica_failures"], snapshot["recoveries"], snapshot["generations"]) == (1, 1, [1, 1, 2])
+    assert new_pid != old_pid, "the replacement runs in a new process"
 
 
 # --- TODO 3: Service.route --------------------------------------------------------------------
 
 
 @pytest.mark.todo("Service.route")
-def test_requests_spread_evenly(make_service):
-    service = make_service()
-    replies = [service.route("handle", i) for i in range(31)]
+def test_requests_spread_evenly(four, module_aio):
+    replies = module_aio.run(gather(*(four.route("handle", i) for i in range(31))))
     assert [r["y"] for r in replies] == [i * i for i in range(31)]
-    counts = list(service.snapshot()["per_replica"].values())
-    assert len(counts) == 3 and max(counts) - min(counts) <= 1, f"uneven spread: {counts}"
+    counts = list(four.snapshot()["per_replica"].values())
+    assert len(counts) == 4 and max(counts) - min(counts) <= 1, f"uneven spread: {counts}"
+    assert four.snapshot()["requests"] == four.snapshot()["ok"] == 31
 
 
 @pytest.mark.todo("Service.route")
-def test_a_replica_killed_mid_stream_costs_no_request(chapter, make_service):
+def test_a_replica_killed_mid_stream_costs_no_request_and_comes_back(plumbing, make_service, aio):
     service = make_service()
-    answers = []
-    for i in range(30):
-        if i == 10:
-            chapter.kill_replica(service, 1)
-        answers.append(service.route("handle", i)["y"])
+
+    async def scenario():
+        before = set(await pids_of(service))
+        answers = []
+        for i in range(30):
+            if i == 10:
+                killed = await plumbing.kill_replica(service, 1)
+            answers.append((await service.route("handle", i))["y"])
+        await service.wait_recovered(timeout=STARTUP_TIMEOUT)
+        return before, killed, answers, await service.fanout("whoami")
+
+    before, killed, answers, answering = aio.run(scenario())
     assert answers == [i * i for i in range(30)], "every request is answered, the kill notwithstanding"
     snapshot = service.snapshot()
     assert snapshot["failed"] == 0 and snapshot["replica_failures"] == 1
     assert snapshot["retries"] >= 1, "the request that hit the dead replica was retried elsewhere"
-
-
-@pytest.mark.todo("Service.route")
-def test_capacity_comes_back_after_recovery(chapter, make_service):
-    service = make_service()
-    before = set(pids_of(service))
-    killed = chapter.kill_replica(service, 0)
-    for i in range(3):
-        service.route("handle", i)  # one of these meets the dead replica
-    service.wait_recovered(timeout=STARTUP_TIMEOUT)
-    answering = service.fanout("whoami")
-    assert sorted(answering) == [0, 1, 2], "all three replicas answer again"
+    assert sorted(answering) == [0, 1, 2], "after recovery all three replicas answer again"
     assert killed not in answering.values() and len(set(answering.values()) - before) == 1
 
 
 @pytest.mark.todo("Service.route")
-def test_fanout_skips_the_dead_replica(chapter, make_service):
-    service = make_service(auto_recover=False)
-    chapter.kill_replica(service, 1)
-    for i in range(3):
-        service.route("handle", i)
-    assert service.snapshot()["healthy"] == [True, False, True]
-    assert sorted(service.fanout("whoami")) == [0, 2]
+def test_many_requests_in_flight_survive_kills(plumbing, make_service, aio):
+    """A small chaos run: four requests in flight at a time while two replica processes are killed."""
+    service = make_service(attempts=3)
+    sent = iter(range(60))
 
+    async def stream(answers):
+        for i in sent:
+            if i in (20, 40):
+                await service.wait_recovered(timeout=STARTUP_TIMEOUT)
+                await plumbing.kill_replica(service, i // 20 - 1)
+            answers[i] = (await service.route("handle", i))["y"]
 
-@pytest.mark.todo("Service.route")
-def test_sessions_stick_and_move_only_when_their_replica_dies(chapter, make_service):
-    service = make_service(auto_recover=False)
-    alice = {service.route("handle", i, session="alice")["pid"] for i in range(4)}
-    bob = {service.route("handle", i, session="bob")["pid"] for i in range(4)}
-    assert len(alice) == 1 and len(bob) == 1, "a session keeps going to one replica"
-    chapter.kill_replica(service, service.sessions["alice"])
-    moved = [service.route("handle", i, session="alice")["pid"] for i in range(4)]
-    assert len(set(moved)) == 1 and moved[0] not in alice, "alice moved once, then stuck to her new replica"
-
-
-@pytest.mark.todo("Service.route")
-def test_an_endpoint_error_goes_back_to_the_caller_unretried(make_service):
-    service = make_service()
-    with pytest.raises(ActorError, match="malformed"):
-        service.route("reject", "malformed prompt")
+    answers = {}
+    aio.run(gather(*(stream(answers) for _ in range(4))))
+    assert answers == {i: i * i for i in range(60)}, "each of the 60 requests answered, once, correctly"
     snapshot = service.snapshot()
-    assert (snapshot["retries"], snapshot["replica_failures"], snapshot["healthy"]) == (0, 0, [True, True, True])
+    assert (snapshot["requests"], snapshot["ok"], snapshot["failed"]) == (60, 60, 0)
+    assert snapshot["replica_failures"] == 2, "each killed process is counted once, however many requests met it"
 
 
 @pytest.mark.todo("Service.route")
-def test_when_every_attempt_fails_the_error_lists_each_one(chapter, make_service):
+def test_sessions_stick_and_move_only_when_their_replica_dies_and_fanout_skips_it(plumbing, make_service, aio):
     service = make_service(auto_recover=False)
+
+    async def scenario():
+        alice = {(await service.route("handle", i, session="alice"))["pid"] for i in range(4)}
+        bob = {(await service.route("handle", i, session="bob"))["pid"] for i in range(4)}
+        dead = service.sessions["alice"]
+        await plumbing.kill_replica(service, dead)
+        moved = [(await service.route("handle", i, session="alice"))["pid"] for i in range(4)]
+        return alice, bob, moved, dead, await service.fanout("whoami")
+
+    alice, bob, moved, dead, answering = aio.run(scenario())
+    assert len(alice) == 1 and len(bob) == 1, "a session keeps going to one replica"
+    assert len(set(moved)) == 1 and moved[0] not in alice, "alice moved once, then stuck to her new replica"
+    assert service.snapshot()["healthy"] == [i != dead for i in range(3)]
+    assert sorted(answering) == sorted(set(range(3)) - {dead}), "fanout skips the dead replica"
+
+
+@pytest.mark.todo("Service.route")
+def test_an_endpoint_error_goes_back_to_the_caller_unretried(four, module_aio):
+    with pytest.raises(ActorError, match="malformed"):
+        module_aio.run(four.route("reject", "malformed prompt"))
+    snapshot = four.snapshot()
+    assert (snapshot["retries"], snapshot["replica_failures"], snapshot["healthy"]) == (0, 0, [True] * 4)
+    assert (snapshot["requests"], snapshot["ok"], snapshot["failed"]) == (1, 0, 0), "not a ServiceUnavailable"
+
+
+@pytest.mark.todo("Service.route")
+def test_when_every_attempt_fails_the_error_lists_each_one(chapter, make_service, aio):
+    service = make_service(auto_recover=False, call_timeout=5.0)
     with pytest.raises(chapter.ServiceUnavailable) as caught:
-        service.route("crash")  # every replica it reaches dies
+        aio.run(service.route("crash"))  # every replica it reaches dies
     attempts = caught.value.attempts
     outcomes = [a.outcome for a in attempts]
     # A death is normally reported ("died"), but when two replicas die moments apart Monarch sometimes
     # reports the second only by silence, which route() sees as a timeout (seen on the 2-core CI machine).
     assert len(outcomes) == 3 and outcomes[0] == "died" and set(outcomes) <= {"died", "timeout"}, outcomes
     assert sorted(a.replica for a in attempts) == [0, 1, 2], "each attempt went to a different replica"
+    assert service.snapshot()["retries"] == 2, "three attempts: the first try and two retries"
     message = str(caught.value)
     assert "after 3 attempt(s)" in message and "attempt 3: replica" in message and "died" in message
     with pytest.raises(chapter.ServiceUnavailable, match="no replica is healthy"):
-        service.route("handle", 1)
+        aio.run(service.route("handle", 1))
     assert service.snapshot()["failed"] == 2
 
 
 @pytest.mark.todo("Service.route")
-def test_a_replica_that_does_not_answer_in_time_is_retried_elsewhere(chapter, make_service):
+def test_a_replica_that_does_not_answer_in_time_is_retried_elsewhere(chapter, make_service, aio):
     service = make_service(replicas=2, call_timeout=0.5, auto_recover=False)
     with pytest.raises(chapter.ServiceUnavailable) as caught:
-        service.route("hang", 3.0)
+        aio.run(service.route("hang", 3.0))
     assert [a.outcome for a in caught.value.attempts] == ["timeout", "timeout"]
+    assert sorted(a.replica for a in caught.value.attempts) == [0, 1]

@@ -1,0 +1,228 @@
+"""Progressive hints, per TODO: `koans hint N` shows one more each time it is asked.
+
+For each TODO the first hint names the idea, the middle ones narrow it down,
+and the last is close to code. A TODO comment in the exercise states only the
+contract (what to produce, and the invariant it keeps); the recipe lives here,
+so a learner sees it only by asking.
+
+Keys are the TODO keys that `koans.stubgen` derives from the solution files:
+"Class.method" or "function". tests/test_harness.py checks that every TODO has
+at least two hints and that no hint names a TODO that does not exist.
+"""
+
+from __future__ import annotations
+
+HINTS: dict[str, dict[str, tuple[str, ...]]] = {
+    "ch01": {
+        "Greeter.greet": (
+            "An endpoint is an ordinary method: it reads and changes `self` as any method does. "
+            "Monarch only decides where it runs.",
+            "__init__ set up self.greetings_given. Count first, so that the first greeting says #1.",
+            "self.greetings_given += 1, then return an f-string with who, self.name and the count.",
+        ),
+        "Greeter.whereabouts": (
+            "The code of an endpoint runs in the actor's process, so whatever it asks is answered there.",
+            "os.getpid() and socket.gethostname() for the first two.",
+            'For the device: "cuda" if torch.cuda.is_available() else "cpu", asked inside the endpoint.',
+        ),
+        "start_one_process": (
+            "A host can start processes for you; what comes back is a ProcMesh.",
+            'this_host().spawn_procs(per_host={"procs": 1}) makes one new process.',
+        ),
+        "spawn_greeter": (
+            "this_proc() and a mesh of new processes are both ProcMeshes, with the same spawn method.",
+            'procs.spawn("greeter", Greeter, name): a name for the actor, its class, then its __init__ arguments.',
+        ),
+    },
+    "ch02": {
+        "Worker.whoami": (
+            "Two views of one actor: where it was spawned (recorded in __init__) and where this message sees it.",
+            "current_rank() and current_size() describe the current message; both convert with dict(...).",
+            '{"spawn_coords": self.spawn_coords, "message_coords": dict(current_rank()), '
+            '"message_size": dict(current_size()), "pid": os.getpid()}',
+        ),
+        "Worker.add": (
+            "Each actor of the mesh is its own object, with its own self.tally.",
+            "self.tally += amount; return self.tally",
+        ),
+        "Worker.sum_my_share": (
+            "Split the work by the message's view, so a slice splits it among its own actors.",
+            "rank = current_rank().rank; size = the product of the values of current_size().",
+            "sum(x * x for x in numbers[rank::size])",
+        ),
+        "sum_of_squares": (
+            "call() reaches every actor of the mesh (or slice) it is made on, and answers a ValueMesh.",
+            "workers.sum_my_share.call(numbers) is a Future; .get(timeout=timeout) waits for the ValueMesh.",
+            "return sum(value_mesh.values())",
+        ),
+    },
+    "ch03": {
+        "expose": (
+            "A handle is a pointer: it must point at the tensor's own memory, and RDMA can only point at one "
+            "flat, contiguous, non-empty block.",
+            "One `if` per rule, in the stated order: isinstance(tensor, torch.Tensor), tensor.dim() == 1, "
+            "tensor.is_contiguous(), tensor.numel() > 0. Raise with the given message functions.",
+            "raise ValueError(not_flat(tensor)), and so on; at the end "
+            "return TensorHandle(RDMABuffer(tensor), tensor.dtype, tensor.numel()).",
+        ),
+        "pull_into": (
+            "RDMA copies raw bytes and never converts: the destination must match the handle exactly.",
+            "Checks in order: destination.dtype != handle.dtype; destination.dim() != 1 or not "
+            "destination.is_contiguous(); destination.numel() != handle.numel.",
+            "await handle.buffer.read_into(destination, timeout=timeout), then return destination.",
+        ),
+        "TensorOwner.send_copy": (
+            "Whatever an endpoint returns is pickled into the reply message.",
+            "return self.tensor",
+        ),
+    },
+    "ch04": {
+        "MetricsSink.record": (
+            "The sink is an ordinary actor: its state is a list.",
+            "self.records.append((source, metric, float(value))); return len(self.records)",
+        ),
+        "find_sink": (
+            "Monarch keeps one actor per controller name for the whole job; the first caller builds it.",
+            "get_or_spawn_controller(name, MetricsSink, created_by) answers a Future of the actor.",
+            "return get_or_spawn_controller(name, MetricsSink, created_by).get(timeout=timeout)",
+        ),
+        "Worker.work": (
+            "Nobody hands the worker the sink: it finds it by name, inside the endpoint.",
+            'sink = find_sink(f"worker{self.rank}", self.sink_name)',
+            'sink.record.call_one(f"worker{self.rank}", "items_done", len(items)).get(timeout=TIMEOUT); '
+            "then return the sum of squares.",
+        ),
+    },
+    "ch05": {
+        "classify": (
+            "One wait, bounded by a timeout, and one `except` per kind of failure.",
+            "await asyncio.wait_for(future, timeout) gives the reply or raises: ActorError (the endpoint "
+            "raised), SupervisionError (the process died), TimeoutError (no answer in time).",
+            'try: return Outcome("ok", await asyncio.wait_for(future, timeout), where) '
+            'except ActorError as err: return Outcome("endpoint_error", err, where) ... and so on.',
+        ),
+        "Supervisor.__supervise__": (
+            "Monarch calls this for every mesh of ours that fails; answer True for what you handled.",
+            'name = str(failure.mesh_name); it starts with "logger" (Monarch\'s own) or "child_g" (ours).',
+            'For a child: self.failures.append({"generation": self.generation, "mesh": name, '
+            '"report": failure.report()}); self.spawn_child(); return True. Anything else: return False.',
+        ),
+    },
+    "ch06": {
+        "Service.next_replica": (
+            "Round robin: start where the last pick left off, and walk around the list once.",
+            "for step in range(len(self.replicas)): look at self.replicas[(self.cursor + step) % count].",
+            "The first one that is healthy and not excluded: set self.cursor = (replica.index + 1) % count "
+            "and return it. After the loop: return None.",
+        ),
+        "Service.mark_unhealthy": (
+            "Deaths are reported by every request that meets them; act on the first report only.",
+            "if self.replicas[replica.index] is replica and replica.healthy: ... (else do nothing)",
+            "replica.healthy = False; replica.failures += 1; self.stats.replica_failures += 1; "
+            "if self.auto_recover: self.start_recovery(replica)",
+        ),
+        "Service.route": (
+            "A loop of at most self.attempts tries; each try asks classify() what became of the call.",
+            "replica = self._pick(session, tried); outcome = await classify(getattr(replica.actor, "
+            "endpoint_name).call_one(*args, **kwargs), self.call_timeout, where=...)",
+            '"ok": self._served(replica, session) and return outcome.value. "endpoint_error": raise '
+            "outcome.value. Otherwise: self.mark_unhealthy(...), attempts.append(Attempt(replica.index, "
+            "outcome.kind, outcome.summary)), tried.add(replica.index).",
+        ),
+    },
+    "ch07": {
+        "WeightStore.claim": (
+            "A slot is free only if nobody needs it: not the latest, not being written, no live lease.",
+            "First drop the expired leases: for each (slot, since) in self.leases with "
+            "time.monotonic() - since > self.lease_timeout_s, del it and count it.",
+            "busy = self.writing | {slot of each lease} | {self.latest[1] if self.latest}; the first slot in "
+            "range(len(self.offers)) not in busy: add it to self.writing and return it; else count a skip, "
+            "return None.",
+        ),
+        "WeightPublisher.publish": (
+            "The trainer's only wait is one message to the store; if no slot is free it moves on.",
+            "slot = await asyncio.wait_for(self.store.claim.call_one(), self.timeout)",
+            "None: self.skipped += 1; return None. Else: self.staging.start(state_dict, slot, version); "
+            "self.version = version; return version.",
+        ),
+        "SnapshotReader.pull_and_load": (
+            "A lease protects the slot while you read it; give it back in a `finally`, and believe the "
+            "load only if the store says the lease was still held.",
+            "snapshot = await asyncio.wait_for(self.store.acquire.call_one(self.version), self.timeout); "
+            "None means nothing newer.",
+            "try: await self.load(snapshot, halfway) finally: held = await asyncio.wait_for("
+            "self.store.release.call_one(snapshot.lease), self.timeout). Loop for self.attempts loads while "
+            "held is False (count self.lost_leases); then raise RuntimeError.",
+        ),
+    },
+    "ch08": {
+        "shard_box": (
+            "Start from the whole tensor and narrow it one mesh dimension at a time, the way torch.chunk splits.",
+            "box = [(0, size) for size in shape]; for each mesh dim m with a Shard(d) placement, split box[d].",
+            "size = -(-length // mesh_shape[m]); start = min(coord[m] * size, length); "
+            "box[d] = (offset + start, max(0, min(size, length - start)))",
+        ),
+        "intersect": (
+            "Per dimension, an overlap starts at the later start and ends at the earlier end.",
+            "start = max(a_off, b_off); end = min(a_off + a_len, b_off + b_len)",
+            "If end <= start in any dimension: return None; else collect (start, end - start).",
+        ),
+        "plan_transfer": (
+            "Replicas hold the same box: group source ranks by box, then intersect each destination box "
+            "with each group's box.",
+            "holders = {}; holders.setdefault(box, []).append(rank) for each source rank.",
+            "For an overlap: src = group[dst_rank % len(group)]; "
+            "Piece(src, local_slices(overlap, src_box), local_slices(overlap, dst_box)).",
+        ),
+        "ShardHolder.pull": (
+            "Each piece arrives flat; give it the shape of its place in self.local, then copy it there.",
+            "buffer = await pull_into(handle, torch.empty(handle.numel, dtype=handle.dtype))",
+            "region = self.local[piece.dst_slices]; region.copy_(buffer.view(region.shape)); "
+            "add handle.nbytes to the answer.",
+        ),
+    },
+    "ch09": {
+        "ReplayBuffer.put": (
+            "The staleness bound applies on the way in too: a group already too old is refused and counted.",
+            "if self._too_stale(group): record group.id in self.ledger.refused_stale, return False.",
+            "Else self.groups.append(group); async with self.arrived: self.arrived.notify_all(); return True.",
+        ),
+        "ReplayBuffer.sample": (
+            "Wait on the condition for a predicate that drops stale groups and counts what is left.",
+            "self.learner_version = max(self.learner_version, learner_version); a helper enough() moves stale "
+            "groups to ledger.dropped_stale and returns len(self.groups) >= count.",
+            "async with self.arrived: await asyncio.wait_for(self.arrived.wait_for(enough), timeout) "
+            "(asyncio.TimeoutError: return None); then batch = self.groups[:count], keep the rest.",
+        ),
+        "continuous_training": (
+            "try/finally: the finally sets `stop`, whatever happens in the loop.",
+            "version = 0; while len(results) < steps: batch = await asyncio.wait_for("
+            "buffer.sample.call_one(batch_groups, version), TIMEOUT); if batch is None: continue",
+            "result = await asyncio.wait_for(learner.train.call_one(batch), TIMEOUT); "
+            'version = result["version"]; results.append(result); on_step(result) if given.',
+        ),
+    },
+    "ch10": {
+        "group_advantages": (
+            "Each row is one group: compare each reward with its own row's mean and spread.",
+            "rewards.mean(dim=1, keepdim=True) and rewards.std(dim=1, keepdim=True) keep one column per "
+            "row, so they broadcast against [B, G].",
+            "return (rewards - mean) / (std + eps)",
+        ),
+        "grpo_loss": (
+            "Per token, the pessimistic (min) of the unclipped and clipped objective; the loss is its "
+            "negative, averaged with masked_mean.",
+            "ratio = torch.exp(logps - old_logps); A = advantages[:, None] broadcasts over tokens.",
+            "objective = torch.min(ratio * A, ratio.clamp(1 - clip, 1 + clip) * A); "
+            "loss = -masked_mean(objective, mask); clip_fraction = masked_mean(((ratio < 1 - clip) | "
+            "(ratio > 1 + clip)).float(), mask).",
+        ),
+        "response_token_logprobs": (
+            "Shift by one: the logits at position i are about the token at i + 1.",
+            "P = logits.shape[1] - responses.shape[1]; the predictions for the response are "
+            "logits[:, P - 1 : -1].",
+            "torch.log_softmax(predictions.float(), dim=-1).gather(-1, responses.unsqueeze(-1)).squeeze(-1), "
+            "times mask.",
+        ),
+    },
+}

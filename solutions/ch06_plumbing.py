@@ -1,0 +1,250 @@
+"""Chapter 06 plumbing: starting, replacing and stopping the replicas of a Service; a stand-in
+replica (Echo); the demo and the chaos run. You may skip this file; nothing in it is a TODO.
+
+    python -m solutions.ch06_service            the demo
+    python -m solutions.ch06_service --chaos    requests keep flowing while replica processes are killed
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+
+import monarch.actor
+from monarch.actor import Actor, ProcMesh, endpoint, this_host
+
+
+@dataclass
+class Replica:
+    """One copy of the actor on a process of its own, with its health and counters."""
+
+    index: int
+    procs: ProcMesh
+    actor: object
+    generation: int = 1
+    healthy: bool = True
+    served: int = 0
+    failures: int = 0
+
+
+class ReplicaPool:
+    """N replicas of `actor_class`, each on a process of its own; replaces dead ones on request.
+
+    Recovery runs as an asyncio task on the loop of whoever asked for it, so a
+    pool lives on one event loop (use it inside `async with`). Every process
+    it ever starts is stopped by `close()`, including one a cancelled recovery
+    had just started.
+    """
+
+    def __init__(self, actor_class: type, *args, replicas: int, name: str, call_timeout: float):
+        if replicas < 1:
+            raise ValueError(f"need at least 1 replica, got replicas={replicas}")
+        self.actor_class, self.args, self.name, self.call_timeout = actor_class, args, name, call_timeout
+        self.recovering: dict[int, asyncio.Task] = {}
+        self.recoveries = 0
+        self.recovery_errors: list[str] = []
+        self.closed = False
+        self._spawned: list[ProcMesh] = []
+        self._install_fault_filter()
+        self.replicas = [self._start_replica(index, generation=1) for index in range(replicas)]
+
+    def _install_fault_filter(self) -> None:
+        """Expect our replicas to die. The pool owns their meshes, so Monarch reports each death
+        to the job's fault hook, whose default ends the program. Deaths of our replicas (and of
+        Monarch's per-process "logger" meshes, which die with every process) are handled by the
+        service's retry and recovery; every other failure still goes to the previous hook."""
+        self._previous_hook = previous = monarch.actor.unhandled_fault_hook
+        prefix = self.name
+
+        def hook(failure) -> None:
+            mesh = str(getattr(failure, "mesh_name", ""))
+            if not (mesh.startswith(prefix) or mesh.startswith("logger")):
+                previous(failure)
+
+        self._hook = hook
+        monarch.actor.unhandled_fault_hook = hook
+
+    def _start_replica(self, index: int, generation: int) -> Replica:
+        procs = this_host().spawn_procs(per_host={"procs": 1})
+        self._spawned.append(procs)
+        actor = procs.spawn(f"{self.name}{index}_g{generation}", self.actor_class, *self.args)
+        return Replica(index, procs, actor, generation)
+
+    async def _stop(self, procs: ProcMesh) -> None:
+        try:
+            await asyncio.wait_for(procs.stop(), self.call_timeout)
+        except Exception:
+            pass  # a dead process may not stop cleanly; it is gone either way
+        if procs in self._spawned:
+            self._spawned.remove(procs)
+
+    def start_recovery(self, replica: Replica) -> None:
+        """Replace `replica` by a new one on a new process, in the background (an asyncio task)."""
+        if replica.index not in self.recovering and not self.closed:
+            self.recovering[replica.index] = asyncio.get_running_loop().create_task(self._recover(replica))
+
+    async def _recover(self, old: Replica) -> None:
+        try:
+            await self._stop(old.procs)  # a hung process must not linger
+            if self.closed:
+                return
+            new = self._start_replica(old.index, old.generation + 1)
+            new.served, new.failures = old.served, old.failures
+            self.replicas[old.index] = new
+            self.recoveries += 1
+        except Exception as err:  # say so; the replica stays out of rotation
+            self.recovery_errors.append(f"replica {old.index}: {type(err).__name__}: {err}")
+        finally:
+            self.recovering.pop(old.index, None)
+
+    def recover_now(self) -> None:
+        """Start recovering every unhealthy replica (when auto_recover is off)."""
+        for replica in self.replicas:
+            if not replica.healthy:
+                self.start_recovery(replica)
+
+    async def wait_recovered(self, timeout: float | None = None) -> None:
+        """Wait until every recovery started so far has finished."""
+        timeout = self.call_timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        while self.recovering:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"replicas {sorted(self.recovering)} still recovering after {timeout} s")
+            await asyncio.wait(list(self.recovering.values()), timeout=left)
+
+    def healthy_count(self) -> int:
+        return sum(r.healthy for r in self.replicas)
+
+    async def close(self) -> None:
+        """Stop every replica's process, after any recovery in flight."""
+        if self.closed:
+            return
+        self.closed = True
+        if monarch.actor.unhandled_fault_hook is self._hook:
+            monarch.actor.unhandled_fault_hook = self._previous_hook
+        loop = asyncio.get_running_loop()
+        mine = [t for t in self.recovering.values() if not t.done() and t.get_loop() is loop]
+        if mine:
+            await asyncio.wait(mine, timeout=self.call_timeout)
+        await asyncio.gather(*(self._stop(procs) for procs in list(self._spawned)))
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+
+class Echo(Actor):
+    """A stand-in generator: answers with its work and its pid; can fail on request."""
+
+    @endpoint
+    def handle(self, x: int) -> dict:
+        return {"x": x, "y": x * x, "pid": os.getpid()}
+
+    @endpoint
+    def whoami(self) -> int:
+        return os.getpid()
+
+    @endpoint
+    def reject(self, reason: str) -> None:
+        raise ValueError(reason)
+
+    @endpoint
+    def crash(self) -> None:
+        os._exit(1)
+
+    @endpoint
+    def hang(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+async def kill_replica(service, index: int) -> int:
+    """SIGKILL replica `index`'s process from outside, as a machine failure would. Answers the pid."""
+    pid = await asyncio.wait_for(service.replicas[index].actor.whoami.call_one(), service.call_timeout)
+    os.kill(pid, signal.SIGKILL)
+    return pid
+
+
+async def chaos(requests: int = 240, kills: int = 4, replicas: int = 3, concurrency: int = 4) -> dict:
+    """`requests` requests, `concurrency` in flight at a time, while a replica process is SIGKILLed
+    `kills` times at evenly spaced points; answers the figures."""
+    from .ch06_service import Service, ServiceUnavailable
+
+    kill_at = {requests * (n + 1) // (kills + 1) for n in range(kills)}
+    answers, failed, killed = {}, [], []
+    issued = iter(range(requests))
+
+    async with Service(Echo, replicas=replicas, name="chaos", attempts=replicas) as service:
+        await service.route("handle", -1)  # replicas are up
+        started = time.monotonic()
+
+        async def stream() -> None:
+            for i in issued:  # the streams share one iterator: each request is sent once
+                if i in kill_at:
+                    await service.wait_recovered()  # kill a live process, not one already being replaced
+                    victim = len(killed) % replicas
+                    killed.append((i, victim, await kill_replica(service, victim)))
+                try:
+                    answers[i] = (await service.route("handle", i))["y"]
+                except ServiceUnavailable:
+                    failed.append(i)
+
+        await asyncio.gather(*(stream() for _ in range(concurrency)))
+        took = time.monotonic() - started
+        await service.wait_recovered()
+        figures = service.snapshot()
+        wrong = [i for i, y in answers.items() if y != i * i]
+        figures.update(killed=killed, answered=len(answers), wrong=wrong, failed_seen_by_caller=len(failed),
+                       seconds=took, healthy_at_end=service.healthy_count(), sent=requests)
+    return figures
+
+
+async def demo() -> None:
+    from .ch06_service import Service
+
+    print("Chapter 06: a service over three replicas\n")
+    async with Service(Echo, replicas=3, name="demo") as service:
+        pids = [(await service.route("handle", i))["pid"] for i in range(6)]
+        print(f"round robin, 6 requests -> pids {pids}")
+        alice = [(await service.route("handle", i, session="alice"))["pid"] for i in range(3)]
+        print(f"session 'alice' sticks: {alice}")
+        victim = service.sessions["alice"]
+        print(f"\nSIGKILL replica {victim} (alice's), then keep routing:")
+        await kill_replica(service, victim)
+        for i in range(4):
+            reply = await service.route("handle", i, session="alice")
+            print(f"  request {i} for alice answered by pid {reply['pid']}")
+        answering = await service.fanout("whoami")
+        print(f"fanout right after: replicas {sorted(answering)} answer; generations {service.snapshot()['generations']} "
+              "(a dead replica is skipped until its replacement is up)")
+        await service.wait_recovered()
+        print(f"after recovery: {len(await service.fanout('whoami'))} replicas answer; stats {service.snapshot()}")
+        many = await asyncio.gather(*(service.route("handle", i) for i in range(12)))
+        print(f"12 requests at once, one event loop: {len({r['pid'] for r in many})} replicas served them")
+        try:
+            await service.route("reject", "malformed prompt")
+        except Exception as err:
+            print(f"\nan endpoint error is the request's fault, not retried: {type(err).__name__}")
+
+
+async def chaos_demo() -> None:
+    print("Chapter 06: chaos run (killing replica processes while requests flow)\n")
+    figures = await chaos()
+    for at, victim, pid in figures["killed"]:
+        print(f"  at request {at:>3}: SIGKILL replica {victim} (pid {pid})")
+    print(f"\nsent {figures['sent']}  answered {figures['answered']} (wrong {len(figures['wrong'])})  "
+          f"failed {figures['failed_seen_by_caller']}  retried {figures['retries']}  "
+          f"replica deaths seen {figures['replica_failures']}  recoveries {figures['recoveries']}  "
+          f"in {figures['seconds']:.1f} s")
+    print(f"served per replica: {figures['per_replica']}; generations now {figures['generations']}; "
+          f"healthy at the end: {figures['healthy_at_end']}/{len(figures['generations'])}")
+
+
+def main() -> None:
+    asyncio.run(chaos_demo() if "--chaos" in sys.argv else demo())

@@ -1,0 +1,395 @@
+"""Chapter 10 plumbing: the Trainer and Generator actors, starting a job, the two loops (or lock
+step), and the demo. You may skip this file; nothing in it is a TODO.
+
+    Generator     a generator replica: pulls new weights (ch07), samples a group for a prompt
+    Trainer       the policy being trained: one GRPO step per batch (your functions), then publish
+    Job.start     a trainer process (trainer, weight store, replay buffer) and a Service (ch06) of
+                  generator replicas, each on its own process
+    run_async     two rollout loops per replica and chapter 09's training loop, at once
+    run_sync      lock step, for comparison: generate a batch, train on it, wait for the new weights
+    main          the demo: python -m solutions.ch10_qwen_grpo --help
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import torch
+from koans.report import ascii_curve, histogram
+from koans.timeline import Recorder, busy_fraction, merge, write_chrome_trace
+from koans.viz import DEFAULT_TRACE as LAST_TRACE
+from monarch.actor import Actor, endpoint, this_host
+
+from .ch06_plumbing import kill_replica
+from .ch06_service import Service
+from .ch07_plumbing import wait_for_version
+from .ch07_transports import state_fingerprint
+from .ch07_weight_sync import SnapshotReader, WeightPublisher, WeightStore
+from .ch09_async_loops import ReplayBuffer, continuous_training
+from .ch10_policy import CountingTask, Prompt, pad_left, prompt_ids, sample_group  # noqa: F401 (tests use them)
+from .ch10_qwen_grpo import (TIMEOUT, Rollout, RunConfig, continuous_rollouts, group_advantages, grpo_loss,
+                             pick_device, response_logprobs, score)
+
+
+class Generator(Actor):
+    """A generator replica: samples groups with its copy of the policy; pulls new weights first.
+
+    The model loads at the first call, not in __init__: an error there (a bad
+    --model path) then comes back to the caller as a clear endpoint error,
+    where an exception in __init__ would only show as a dead actor.
+    """
+
+    def __init__(self, store: WeightStore, config: RunConfig):
+        self.store, self.config = store, config
+        self.model = self.tokenizer = self.reader = None
+        self.recorder = Recorder(f"generator{os.getpid()}")
+
+    def _load(self) -> None:
+        if self.model is None:
+            torch.set_num_threads(1)
+            self.model, self.tokenizer = self.config.load_policy()
+            self.model.eval()
+            self.reader = SnapshotReader(self.store, self.model.state_dict())
+
+    @endpoint
+    async def generate(self, prompt: Prompt, rollout_id: str) -> Rollout:
+        """Pull the newest weights if there are any, then sample one group for `prompt`."""
+        self._load()
+        with self.recorder.span("sync") as info:
+            info["loaded"] = await self.reader.pull_and_load()  # the new version, or None if there was none
+            info["version"], info["transport"] = self.reader.version, self.reader.last_transport
+        with self.recorder.span("generate", version=self.reader.version), torch.no_grad():
+            group = sample_group(self.model, self.tokenizer, prompt, self.config.group_size, self.config.max_new_tokens)
+            prompts = group["prompt_ids"].to(self.model.device).expand(self.config.group_size, -1)
+            logps = response_logprobs(self.model, prompts, torch.ones_like(prompts),
+                                      group["responses"].to(self.model.device), group["mask"].to(self.model.device))
+        return Rollout(rollout_id, self.reader.version, prompt, group["prompt_ids"], group["responses"],
+                       group["mask"], logps.float().cpu(), group["texts"])
+
+    @endpoint
+    async def sync(self) -> int:
+        """Pull the newest weights now; answer the version held."""
+        self._load()
+        await self.reader.pull_and_load()
+        return self.reader.version
+
+    @endpoint
+    async def fingerprint(self) -> str:
+        self._load()
+        return state_fingerprint(self.model.state_dict())
+
+    @endpoint
+    async def whoami(self) -> int:
+        return os.getpid()
+
+    @endpoint
+    async def timeline(self) -> list:
+        return self.recorder.spans
+
+
+class Trainer(Actor):
+    """Holds the policy being trained and its optimizer; publishes every new version (ch07)."""
+
+    def __init__(self, store: WeightStore, config: RunConfig):
+        self.store, self.config = store, config
+        self.model = self.reference = self.publisher = None
+        self.version = 0
+        self.recorder = Recorder("trainer")
+
+    def _load(self) -> None:
+        if self.model is None:
+            torch.set_num_threads(1)
+            self.model, self.tokenizer = self.config.load_policy()
+            self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=self.config.lr, weight_decay=0.0)
+            if self.config.kl_coef > 0:  # a frozen copy of the starting policy
+                self.reference, _ = self.config.load_policy()
+                self.reference.eval().requires_grad_(False)
+            self.publisher = WeightPublisher(self.model.state_dict(), self.store)
+
+    def _batch(self, rollouts: list[Rollout]) -> dict:
+        """Stack the groups into [B*G, ...] tensors: prompts padded left, responses right."""
+        pad, G = self.tokenizer.pad_token_id, self.config.group_size
+        prompts, prompt_attention = pad_left([r.prompt_ids for r in rollouts for _ in range(G)], pad)
+        width = max(r.responses.shape[1] for r in rollouts)
+
+        def right(t: torch.Tensor, value) -> torch.Tensor:
+            return torch.nn.functional.pad(t, (0, width - t.shape[1]), value=value)
+
+        device = self.model.device
+        return {"prompts": prompts.to(device), "prompt_attention": prompt_attention.to(device),
+                "responses": torch.cat([right(r.responses, pad) for r in rollouts]).to(device),
+                "mask": torch.cat([right(r.mask, 0.0) for r in rollouts]).to(device),
+                "old_logps": torch.cat([right(r.logps, 0.0) for r in rollouts]).to(device),
+                "rewards": torch.stack([r.rewards for r in rollouts]).to(device)}
+
+    @endpoint
+    async def train(self, rollouts: list[Rollout]) -> dict:
+        """One GRPO step on `rollouts`, then publish version+1. Answers what happened."""
+        self._load()
+        with self.recorder.span("train", version=self.version) as info:
+            b = self._batch(rollouts)
+            advantages = group_advantages(b["rewards"]).reshape(-1)
+            logps = response_logprobs(self.model, b["prompts"], b["prompt_attention"], b["responses"], b["mask"])
+            ref_logps = None
+            if self.reference is not None:
+                with torch.no_grad():
+                    ref_logps = response_logprobs(self.reference, b["prompts"], b["prompt_attention"],
+                                                  b["responses"], b["mask"])
+            loss, stats = grpo_loss(logps, b["old_logps"], advantages, b["mask"], self.config.clip,
+                                    ref_logps, self.config.kl_coef)
+            await self.publisher.wait_staged()  # the last version's snapshot is copied: weights may change
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+            lags = [self.version - r.version for r in rollouts]
+            self.version += 1
+            info.update(loss=loss.item(), groups=len(rollouts), samples=len(rollouts) * self.config.group_size)
+        with self.recorder.span("sync", version=self.version):
+            await self.publisher.publish(self.model.state_dict(), version=self.version)
+        first = rollouts[0]
+        example = {"prompt": first.prompt.text, "response": first.texts[0], "reward": float(first.rewards[0]),
+                   "version": first.version}
+        return {"version": self.version, "loss": loss.item(), "reward": b["rewards"].mean().item(),
+                "lags": lags, "ids": [r.id for r in rollouts], "example": example, **stats}
+
+    @endpoint
+    async def flush(self) -> int:
+        """Make sure the newest version is published and committed; answer it. (A version skipped
+        because both slots were busy goes out now, once a slot frees: the final sync needs it.)"""
+        self._load()
+        await self.publisher.publish_until_out(self.model.state_dict(), self.version)
+        return self.version
+
+    @endpoint
+    async def fingerprint(self) -> str:
+        self._load()
+        return state_fingerprint(self.model.state_dict())
+
+    @endpoint
+    async def timeline(self) -> list:
+        return self.recorder.spans
+
+    @endpoint
+    async def close(self) -> None:
+        if self.publisher is not None:
+            await self.publisher.close()
+
+
+async def ask(endpoint, *args, timeout: float = TIMEOUT):
+    """One call to a single actor, awaited at most `timeout` seconds."""
+    return await asyncio.wait_for(endpoint.call_one(*args), timeout)
+
+
+@dataclass
+class Job:
+    """The actors of one run: a trainer process (with the weight store and buffer) and a service."""
+
+    config: RunConfig
+    trainer_procs: object
+    store: WeightStore
+    buffer: ReplayBuffer
+    trainer: Trainer
+    service: Service
+    task: CountingTask = field(default_factory=CountingTask)
+
+    @classmethod
+    def start(cls, config: RunConfig, name: str = "grpo") -> "Job":
+        procs = this_host().spawn_procs(per_host={"procs": 1})
+        store = procs.spawn(f"{name}_store", WeightStore)
+        buffer = procs.spawn(f"{name}_buffer", ReplayBuffer, config.max_lag)
+        trainer = procs.spawn(f"{name}_trainer", Trainer, store, config)
+        service = Service(Generator, store, config, replicas=config.generators, name=f"{name}_generator",
+                          call_timeout=TIMEOUT)
+        return cls(config, procs, store, buffer, trainer, service)
+
+    async def warm_up(self) -> None:
+        """Load the models everywhere before the clock starts (imports and init take seconds)."""
+        await ask(self.trainer.flush, timeout=4 * TIMEOUT)
+        await self.service.fanout("sync")
+
+    async def final_sync(self) -> dict:
+        """Make every generator load the trainer's last version; answer both sides' fingerprints."""
+        version = await ask(self.trainer.flush, timeout=2 * TIMEOUT)  # committed when it answers
+        await self.service.wait_recovered()
+        versions = await self.service.fanout("sync")
+        return {"version": version, "generator_versions": versions,
+                "trainer": await ask(self.trainer.fingerprint), "generators": await self.service.fanout("fingerprint")}
+
+    async def spans(self) -> list:
+        spans = [await ask(self.trainer.timeline)]
+        spans += list((await self.service.fanout("timeline")).values())
+        return merge(*spans)
+
+    async def stop(self) -> None:
+        try:
+            await ask(self.trainer.close)
+        finally:
+            await asyncio.gather(self.service.close(), asyncio.wait_for(self.trainer_procs.stop(), TIMEOUT))
+
+
+async def run_async(job: Job, on_step=None, timeout: float = 1800, loops_per_generator: int = 2) -> dict:
+    """Both loops at once: rollout loops (two per replica keep each one busy) and chapter 09's training loop."""
+    config, stop = job.config, asyncio.Event()
+    rollouts = [continuous_rollouts(job.service, job.buffer, job.task, stop, worker, config.seed)
+                for worker in range(loops_per_generator * config.generators)]
+    training = continuous_training(job.trainer, job.buffer, config.steps, config.groups_per_step, stop, on_step)
+    *counts, results = await asyncio.wait_for(asyncio.gather(*rollouts, training), timeout)
+    ledger = await ask(job.buffer.close)
+    return {"results": results, "rollouts": counts, "ledger": ledger}
+
+
+async def run_sync(job: Job, on_step=None) -> dict:
+    """Lock step, for comparison: generate a batch with the newest weights, train, wait for the sync."""
+    config, results = job.config, []
+    rng = random.Random(config.seed)
+    for step in range(config.steps):
+        prompts = [job.task.sample(rng) for _ in range(config.groups_per_step)]
+        batch = await asyncio.gather(*(job.service.route("generate", p, f"s{step}-{i}") for i, p in enumerate(prompts)))
+        result = await ask(job.trainer.train, [score(job.task, r) for r in batch])
+        await wait_for_version(job.store, result["version"])
+        results.append(result)
+        if on_step is not None:
+            on_step(result)
+    return {"results": results, "rollouts": [], "ledger": None}
+
+
+def killing_at(job: Job, step: int, on_step=None):
+    """Wrap `on_step` so that right after `step` it SIGKILLs generator replica 0's process."""
+    kills = []
+
+    def wrapped(result: dict) -> None:
+        if result["version"] == step:
+            async def kill() -> None:
+                pid = await kill_replica(job.service, 0)
+                print(f"  ** after step {step}: SIGKILL generator replica 0 (pid {pid}) **")
+
+            kills.append(asyncio.get_running_loop().create_task(kill()))  # kept, so it is not collected early
+        if on_step is not None:
+            on_step(result)
+
+    return wrapped
+
+
+async def train_async(config: RunConfig, mode: str = "async", on_step=None, name: str = "grpo", kill_at: int = 0) -> dict:
+    """Start a job, run it in `mode`, sync the weights one last time, stop it. Answers the figures."""
+    job = Job.start(config, name)
+    try:
+        await job.warm_up()
+        if kill_at > 0:
+            on_step = killing_at(job, kill_at, on_step)
+        started = time.time()
+        run = await (run_async(job, on_step) if mode == "async" else run_sync(job, on_step))
+        run["seconds"] = time.time() - started
+        run["final"] = await job.final_sync()
+        run["spans"] = await job.spans()
+        run["service"] = job.service.snapshot()
+        return run
+    finally:
+        await job.stop()
+
+
+def train(config: RunConfig, mode: str = "async", on_step=None, name: str = "grpo", kill_at: int = 0) -> dict:
+    return asyncio.run(train_async(config, mode, on_step, name, kill_at))
+
+
+def summary(run: dict, config: RunConfig) -> dict:
+    """Samples per second, lags, and each actor's busy fraction over the run."""
+    spans = run["spans"]
+    samples = len(run["results"]) * config.groups_per_step * config.group_size
+    publish = [s.end - s.start for s in spans if s.actor == "trainer" and s.kind == "sync"]
+    loads = [s.end - s.start for s in spans if s.actor != "trainer" and s.kind == "sync" and s.info.get("loaded")]
+    return {"samples_per_s": samples / run["seconds"], "seconds": run["seconds"],
+            "lags": Counter(lag for r in run["results"] for lag in r["lags"]),
+            "busy": {actor: busy_fraction(spans, actor) for actor in sorted({s.actor for s in spans})},
+            "publish_ms": 1000 * sum(publish) / max(1, len(publish)),
+            "publish_share": sum(publish) / run["seconds"],
+            "load_ms": 1000 * sum(loads) / max(1, len(loads)), "loads": len(loads)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m solutions.ch10_qwen_grpo",
+                                     description="Async GRPO on a Qwen2 policy, from your chapters' parts.")
+    parser.add_argument("--mode", choices=["async", "sync"], default="async")
+    parser.add_argument("--compare", action="store_true", help="run sync, then async, on the same config")
+    parser.add_argument("--steps", type=int, default=RunConfig.steps)
+    parser.add_argument("--model", default=None, help="hub id or local path (default: the tiny offline Qwen2)")
+    parser.add_argument("--dtype", default=RunConfig.dtype)
+    parser.add_argument("--generators", type=int, default=RunConfig.generators)
+    parser.add_argument("--max-lag", type=int, default=RunConfig.max_lag)
+    parser.add_argument("--lr", type=float, default=RunConfig.lr)
+    parser.add_argument("--kl-coef", type=float, default=RunConfig.kl_coef)
+    parser.add_argument("--seed", type=int, default=RunConfig.seed)
+    parser.add_argument("--show-every", type=int, default=20)
+    parser.add_argument("--kill-at", type=int, default=0, metavar="STEP",
+                        help="SIGKILL a generator replica after this step; training carries on")
+    parser.add_argument("--trace", help="write the timeline as Chrome trace JSON (open in ui.perfetto.dev)")
+    args = parser.parse_args()
+    config = RunConfig(model=args.model, seed=args.seed, steps=args.steps, max_lag=args.max_lag,
+                       generators=args.generators, kl_coef=args.kl_coef, dtype=args.dtype, lr=args.lr)
+    modes = ["sync", "async"] if args.compare else [args.mode]
+    print(f"Chapter 10: GRPO on {config.model or 'a tiny Qwen2 (random init)'}, task 'Count to N', "
+          f"{config.generators} generators, {config.steps} steps of {config.groups_per_step}x{config.group_size} "
+          f"samples, max lag {config.max_lag}, device {pick_device()}\n")
+    figures = {}
+    for mode in modes:
+        figures[mode] = show_run(config, mode, args.show_every, args.trace if mode == modes[-1] else None,
+                                 args.kill_at)
+    if args.compare:
+        s, a = figures["sync"], figures["async"]
+        print(f"\nasync vs sync: {a['samples_per_s']:.1f} vs {s['samples_per_s']:.1f} samples/s = "
+              f"{a['samples_per_s'] / s['samples_per_s']:.2f}x")
+        for mode in modes:
+            print(f"  busy {mode:>5}: " + ", ".join(f"{k} {100 * v:.0f}%" for k, v in figures[mode]["busy"].items()))
+
+
+def show_run(config: RunConfig, mode: str, show_every: int, trace: str | None, kill_at: int = 0) -> dict:
+    print(f"--- {mode} ---")
+    rewards: list[float] = []
+
+    def on_step(result: dict) -> None:
+        rewards.append(result["reward"])
+        if result["version"] % show_every == 0 or result["version"] == 1:
+            recent = rewards[-show_every:]
+            ex = result["example"]
+            print(f"  step {result['version']:>4}  running mean reward {sum(recent) / len(recent):.2f}  "
+                  f"lags {dict(sorted(Counter(result['lags']).items()))}\n"
+                  f"      {ex['prompt']!r} -> {ex['response']!r}  reward {ex['reward']:.2f}  (policy v{ex['version']})")
+
+    run = train(config, mode, on_step, name=f"grpo_{mode}", kill_at=kill_at)
+    figures = summary(run, config)
+    tenth = max(1, len(rewards) // 10)
+    print(f"\n{len(rewards)} steps in {run['seconds']:.1f} s, {figures['samples_per_s']:.1f} samples/s; mean reward "
+          f"first 10% {sum(rewards[:tenth]) / tenth:.2f} -> last 10% {sum(rewards[-tenth:]) / tenth:.2f}")
+    print("reward per step:\n" + ascii_curve(rewards))
+    print("policy lag of trained groups:\n" + histogram(figures["lags"], "lag "))
+    if run["ledger"] is not None:
+        ledger = run["ledger"]
+        print(f"groups: generated {sum(run['rollouts'])} = trained {len(ledger.trained)} + refused stale "
+              f"{len(ledger.refused_stale)} + dropped stale {len(ledger.dropped_stale)} + unused at stop "
+              f"{len(ledger.unused_at_stop)}")
+    service = run["service"]
+    if service["replica_failures"]:
+        print(f"service: {service['replica_failures']} replica death(s), {service['retries']} retried request(s), "
+              f"{service['failed']} failed, {service['recoveries']} recovered; generations {service['generations']}")
+    final = run["final"]
+    same = all(f == final["trainer"] for f in final["generators"].values())
+    print(f"final weights: version {final['version']} on every generator {sorted(final['generator_versions'].values())}; "
+          f"bit-equal to the trainer's: {same}")
+    print("busy: " + ", ".join(f"{k} {100 * v:.0f}%" for k, v in figures["busy"].items()))
+    print(f"weight sync: the trainer spent {figures['publish_ms']:.1f} ms per step publishing "
+          f"({100 * figures['publish_share']:.1f}% of the wall time); a generator took {figures['load_ms']:.1f} ms "
+          f"per new version it loaded ({figures['loads']} loads)")
+    LAST_TRACE.parent.mkdir(exist_ok=True)
+    write_chrome_trace(run["spans"], str(LAST_TRACE))  # what `koans viz` draws by default
+    if trace:
+        write_chrome_trace(run["spans"], trace)
+        print(f"timeline written to {trace} (open it in https://ui.perfetto.dev, or: koans viz --trace {trace})")
+    else:
+        print("timeline: `koans viz` draws it (or add --trace run.json for ui.perfetto.dev)")
+    return figures
