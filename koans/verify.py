@@ -11,6 +11,9 @@ For maintainers and CI. Each check must hold, else the exit code is 1:
               TODO is stubbed (all others solved) fails the chapter's tests, and
               the first failing test is one marked with that TODO: no TODO can
               be skipped without a test noticing and naming it
+  mutants     (with --mutants) every plausible wrong answer in mutants/ (koans/mutants.py),
+              applied alone, fails a test marked with its TODO; a table per chapter.
+              --mutants=sample takes the first mutant of each TODO (what CI runs).
 """
 
 from __future__ import annotations
@@ -105,23 +108,71 @@ def check_each_todo(chapter: Chapter) -> bool:
     return ok
 
 
+def check_mutants(chapter: Chapter, sample: bool) -> tuple[bool, dict]:
+    """Apply each mutant of the chapter alone; each must fail a test marked with its TODO."""
+    from koans.mutants import mutants_of, write_mutated_copy
+
+    mutants = mutants_of(chapter)
+    if sample:
+        firsts: dict[str, object] = {}
+        for mutant in mutants:
+            firsts.setdefault(mutant.todo, mutant)
+        mutants = list(firsts.values())
+    ok, caught, started = True, 0, time.monotonic()
+    env = {"KOANS_TIMEOUT": "10", "KOANS_TEST_TIME_LIMIT": "60"}  # a mutant that hangs fails sooner
+    for mutant in mutants:
+        with tempfile.TemporaryDirectory(prefix=f"koans-mutant-{chapter.tag}-") as tmp:
+            write_mutated_copy(chapter, mutant, Path(tmp))
+            run = run_chapter(chapter, "exercises", root=Path(tmp), extra_args=("-x",), env=env)
+        first = run.first_failure
+        hit = first is not None and mutant.todo in first["todos"]
+        caught += hit
+        if first is None:
+            why = "timed out before any test failed" if run.timed_out else "NO TEST FAILS"
+        else:
+            why = f"fails {first['name']}" + ("" if hit else f", which is not marked with {mutant.todo!r}")
+        ok &= _say(hit, f"{chapter.tag} {mutant.todo}: {mutant.description}: {why}")
+    return ok, {"chapter": chapter.tag, "mutants": len(mutants), "caught": caught,
+                "seconds": time.monotonic() - started}
+
+
+def mutant_table(rows: list[dict]) -> str:
+    lines = [f"{'chapter':<9}{'mutants':>8}{'caught':>8}{'seconds':>9}"]
+    for row in rows:
+        lines.append(f"{row['chapter']:<9}{row['mutants']:>8}{row['caught']:>8}{row['seconds']:>9.0f}")
+    total = {k: sum(r[k] for r in rows) for k in ("mutants", "caught", "seconds")}
+    lines.append(f"{'all':<9}{total['mutants']:>8}{total['caught']:>8}{total['seconds']:>9.0f}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="koans verify", description=__doc__.split("\n\n")[0])
     parser.add_argument("chapters", nargs="*", help="chapter numbers (default: all)")
     parser.add_argument("--solutions", action="store_true", help="also run every chapter against solutions/")
     parser.add_argument("--no-each-todo", action="store_true", help="skip the one-TODO-at-a-time check")
+    parser.add_argument("--mutants", nargs="?", const="all", choices=["all", "sample", "only"],
+                        help="also apply every plausible wrong answer in mutants/ (sample: the first per TODO; "
+                             "only: mutants alone, no other check)")
     args = parser.parse_args(argv)
     chapters = [find_chapter(c) for c in args.chapters] if args.chapters else list(CHAPTERS)
 
     print("koans verify")
     ok = check_sync()
+    rows = []
     for chapter in chapters:
         print(f"{chapter.tag} {chapter.title}")
-        if args.solutions:
-            ok &= check_solutions(chapter)
-        ok &= check_exercises(chapter)
-        if not args.no_each_todo:
-            ok &= check_each_todo(chapter)
+        if args.mutants != "only":
+            if args.solutions:
+                ok &= check_solutions(chapter)
+            ok &= check_exercises(chapter)
+            if not args.no_each_todo:
+                ok &= check_each_todo(chapter)
+        if args.mutants:
+            held, row = check_mutants(chapter, sample=args.mutants == "sample")
+            ok &= held
+            rows.append(row)
+    if rows:
+        print("\nmutants caught, per chapter:\n" + mutant_table(rows))
     print("verify: all checks hold" if ok else "verify: some checks FAILED (see above)")
     return 0 if ok else 1
 

@@ -186,6 +186,23 @@ def test_replicated_sources_share_the_load(chapter):
 
 
 @pytest.mark.todo("ShardHolder.pull")
+def test_pull_puts_each_piece_in_its_place_even_a_strided_one(chapter, plumbing):
+    """One destination rank (in this process) whose two pieces are column blocks: not contiguous."""
+    from monarch.actor import this_proc
+
+    source = torch.arange(30, dtype=torch.float32).reshape(3, 10)
+    left, right = source[:, :4].contiguous().view(-1), source[:, 4:].contiguous().view(-1)
+    handles = [plumbing.expose(left), plumbing.expose(right)]
+    pieces = [chapter.Piece(0, (slice(0, 3), slice(0, 4)), (slice(0, 3), slice(0, 4))),
+              chapter.Piece(1, (slice(0, 3), slice(0, 6)), (slice(0, 3), slice(4, 10)))]
+    holder = this_proc().spawn("strided_pull_holder", chapter.ShardHolder)
+    holder.allocate.call_one((3, 10)).get(timeout=60)
+    read = holder.pull.call_one(pieces, handles).get(timeout=60)
+    assert read == 30 * 4, "pull answers the bytes it read"
+    assert torch.equal(holder.local_shard.call_one().get(timeout=60), source), "each piece lands in its own columns"
+
+
+@pytest.mark.todo("ShardHolder.pull")
 @pytest.mark.time_limit(240)
 def test_a_real_dtensor_moves_between_meshes_bit_for_bit_as_redistribute(plumbing):
     assert plumbing.run_real(shape=(6, 10), seed=3), "the 4 destination shards differ from torch's redistribute"

@@ -1,0 +1,76 @@
+"""Plausible wrong answers to the TODOs, for `koans verify --mutants` (maintainers).
+
+A koans course is only as good as its tests' power to tell a right answer
+from a wrong one that runs. Each chapter's mistakes live in
+`mutants/chNN_<slug>.py` (outside exercises/, so learners do not meet them)
+as a list of `Mutant(todo_key, description, code)`: the code that a learner
+might plausibly have written in that TODO's region, instead of the solution.
+
+`koans verify --mutants` applies each mutant alone (every other TODO keeps
+its solution), runs the chapter's tests, and passes only if a test marked
+with that TODO fails.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+from koans.manifest import PROJECT_ROOT, Chapter
+from koans.stubgen import StubError, find_todos
+
+MUTANTS_DIR = PROJECT_ROOT / "mutants"
+
+
+@dataclass(frozen=True)
+class Mutant:
+    todo: str  # the TODO key, e.g. "Service.route"
+    description: str  # the mistake, in one line
+    code: str  # what replaces the solution's code in that TODO's region (indentation is fixed up)
+
+
+def mutants_of(chapter: Chapter) -> list[Mutant]:
+    """The chapter's mutants, from mutants/chNN_<slug>.py (none if the file is missing)."""
+    path = MUTANTS_DIR / f"{chapter.module}.py"
+    if not path.is_file():
+        return []
+    spec = importlib.util.spec_from_file_location(f"koans_mutants_{chapter.tag}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return list(module.MUTANTS)
+
+
+def apply_mutant(source: str, path: str, mutant: Mutant) -> str:
+    """The solution `source` with the region of `mutant.todo` replaced by the mutant's code.
+
+    Every other region keeps its solution; markers are dropped.
+    """
+    todos = find_todos(source, path)
+    target = next((t for t in todos if t.key == mutant.todo), None)
+    if target is None:
+        raise StubError(f"{path}: no TODO {mutant.todo!r} for the mutant {mutant.description!r}")
+    lines = source.splitlines()
+    out, cursor = [], 0
+    for todo in todos:
+        out.extend(lines[cursor: todo.begin - 1])
+        if todo is target:
+            out.extend(textwrap.indent(textwrap.dedent(mutant.code).strip("\n"), todo.indent).splitlines())
+        else:
+            out.extend(lines[todo.begin: todo.end - 1])
+        cursor = todo.end
+    out.extend(lines[cursor:])
+    return "\n".join(out) + "\n"
+
+
+def write_mutated_copy(chapter: Chapter, mutant: Mutant, into: Path) -> None:
+    """A copy of the project in `into` whose exercises are the solutions, with `mutant` applied."""
+    from koans.verify import copy_project
+
+    copy_project(into)
+    import shutil
+
+    shutil.copytree(PROJECT_ROOT / "solutions", into / "exercises", ignore=shutil.ignore_patterns("__pycache__"))
+    solution = PROJECT_ROOT / "solutions" / f"{chapter.module}.py"
+    (into / "exercises" / solution.name).write_text(apply_mutant(solution.read_text(), str(solution), mutant))

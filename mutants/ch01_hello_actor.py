@@ -1,0 +1,39 @@
+"""Chapter 01: plausible wrong answers (see mutants/README.md)."""
+
+from koans.mutants import Mutant
+
+MUTANTS = [
+    Mutant("Greeter.greet", "answers before counting, so the first greeting says #0", '''
+        text = f"Hello, {who}! I am {self.name} (greeting #{self.greetings_given})."
+        self.greetings_given += 1
+        return text
+    '''),
+    Mutant("Greeter.greet", "counts in a local variable, so every greeting says #1", '''
+        greetings_given = self.greetings_given + 1
+        return f"Hello, {who}! I am {self.name} (greeting #{greetings_given})."
+    '''),
+    Mutant("Greeter.whereabouts", "reports the parent process's pid", '''
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        return {"pid": os.getppid(), "host": socket.gethostname(), "device": device}
+    '''),
+    Mutant("Greeter.whereabouts", "reports the operating system's name as the host", '''
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        return {"pid": os.getpid(), "host": os.uname().sysname, "device": device}
+    '''),
+    Mutant("start_one_process", "asks for two processes", '''
+        return this_host().spawn_procs(per_host={"procs": 2})
+    '''),
+    Mutant("start_one_process", "returns the calling process instead of a new one", '''
+        from monarch.actor import this_proc
+
+        return this_proc()
+    '''),
+    Mutant("spawn_greeter", "spawns in this process, whatever mesh it was given", '''
+        from monarch.actor import this_proc
+
+        return this_proc().spawn("greeter", Greeter, name)
+    '''),
+    Mutant("spawn_greeter", "passes the actor's name where the greeter's name belongs", '''
+        return procs.spawn(name, Greeter, "greeter")
+    '''),
+]

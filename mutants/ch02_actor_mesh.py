@@ -1,0 +1,57 @@
+"""Chapter 02: plausible wrong answers (see mutants/README.md).
+
+Deleted as harmless here: a tally kept on the class (`Worker.tally += amount`).
+With one Worker per process, as in every mesh of this chapter, it behaves
+exactly like the per-instance tally.
+"""
+
+from koans.mutants import Mutant
+
+MUTANTS = [
+    Mutant("Worker.whoami", "reports the message's view as the spawn place", '''
+        return {
+            "spawn_coords": dict(current_rank()),
+            "message_coords": dict(current_rank()),
+            "message_size": current_size(),
+            "pid": os.getpid(),
+        }
+    '''),
+    Mutant("Worker.whoami", "reports the spawn place as the message's view", '''
+        return {
+            "spawn_coords": self.spawn_coords,
+            "message_coords": self.spawn_coords,
+            "message_size": current_size(),
+            "pid": os.getpid(),
+        }
+    '''),
+    Mutant("Worker.add", "answers the amount, not the tally", '''
+        self.tally += amount
+        return amount
+    '''),
+    Mutant("Worker.add", "sets the tally instead of adding to it", '''
+        self.tally = amount
+        return self.tally
+    '''),
+    Mutant("Worker.sum_my_share", "splits by the actor's spawn place and the whole mesh's size", '''
+        rank, size = self.spawn_coords["procs"], 4
+        return sum(x * x for x in numbers[rank::size])
+    '''),
+    Mutant("Worker.sum_my_share", "off by one: starts at rank + 1", '''
+        rank = current_rank().rank
+        size = 1
+        for extent in current_size().values():
+            size *= extent
+        return sum(x * x for x in numbers[rank + 1::size])
+    '''),
+    Mutant("Worker.sum_my_share", "takes the number of mesh dimensions as the size", '''
+        rank, size = current_rank().rank, len(current_size())
+        return sum(x * x for x in numbers[rank::size])
+    '''),
+    Mutant("sum_of_squares", "asks one worker, chosen by Monarch, to do all the work", '''
+        return workers.sum_my_share.choose(numbers).get(timeout=timeout)
+    '''),
+    Mutant("sum_of_squares", "keeps only the first worker's share", '''
+        partial_sums = workers.sum_my_share.call(numbers).get(timeout=timeout)
+        return next(iter(partial_sums.values()))
+    '''),
+]

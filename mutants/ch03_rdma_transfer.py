@@ -1,0 +1,80 @@
+"""Chapter 03: plausible wrong answers (see mutants/README.md).
+
+Deleted as harmless: `send_copy` returning `self.tensor.clone()`; the reply
+is pickled either way, so the caller gets the same bytes.
+"""
+
+from koans.mutants import Mutant
+
+MUTANTS = [
+    Mutant("expose", "checks contiguity before the 1-D rule", '''
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(not_a_tensor(tensor))
+        if not tensor.is_contiguous():
+            raise ValueError(not_contiguous(tensor))
+        if tensor.dim() != 1:
+            raise ValueError(not_flat(tensor))
+        if tensor.numel() == 0:
+            raise ValueError(empty_tensor(tensor))
+        return TensorHandle(RDMABuffer(tensor), tensor.dtype, tensor.numel())
+    '''),
+    Mutant("expose", "exposes a packed copy, so later updates never show", '''
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(not_a_tensor(tensor))
+        if tensor.dim() != 1:
+            raise ValueError(not_flat(tensor))
+        if not tensor.is_contiguous():
+            raise ValueError(not_contiguous(tensor))
+        if tensor.numel() == 0:
+            raise ValueError(empty_tensor(tensor))
+        packed = tensor.clone()
+        return TensorHandle(RDMABuffer(packed), packed.dtype, packed.numel())
+    '''),
+    Mutant("expose", "refuses a non-tensor with ValueError", '''
+        if not isinstance(tensor, torch.Tensor):
+            raise ValueError(not_a_tensor(tensor))
+        if tensor.dim() != 1:
+            raise ValueError(not_flat(tensor))
+        if not tensor.is_contiguous():
+            raise ValueError(not_contiguous(tensor))
+        if tensor.numel() == 0:
+            raise ValueError(empty_tensor(tensor))
+        return TensorHandle(RDMABuffer(tensor), tensor.dtype, tensor.numel())
+    '''),
+    Mutant("pull_into", "checks the element count before the layout", '''
+        if destination.dtype != handle.dtype:
+            raise ValueError(wrong_dtype(destination, handle))
+        if destination.numel() != handle.numel:
+            raise ValueError(wrong_count(destination, handle))
+        if destination.dim() != 1 or not destination.is_contiguous():
+            raise ValueError(wrong_layout(destination, handle))
+        await handle.buffer.read_into(destination, timeout=timeout)
+        return destination
+    '''),
+    Mutant("pull_into", "accepts a destination that is too big", '''
+        if destination.dtype != handle.dtype:
+            raise ValueError(wrong_dtype(destination, handle))
+        if destination.dim() != 1 or not destination.is_contiguous():
+            raise ValueError(wrong_layout(destination, handle))
+        if destination.numel() < handle.numel:
+            raise ValueError(wrong_count(destination, handle))
+        await handle.buffer.read_into(destination, timeout=timeout)
+        return destination
+    '''),
+    Mutant("pull_into", "starts the read and does not wait for it", '''
+        if destination.dtype != handle.dtype:
+            raise ValueError(wrong_dtype(destination, handle))
+        if destination.dim() != 1 or not destination.is_contiguous():
+            raise ValueError(wrong_layout(destination, handle))
+        if destination.numel() != handle.numel:
+            raise ValueError(wrong_count(destination, handle))
+        handle.buffer.read_into(destination, timeout=timeout)
+        return destination
+    '''),
+    Mutant("TensorOwner.send_copy", "sends the handle instead of the tensor", '''
+        return expose(self.tensor)
+    '''),
+    Mutant("TensorOwner.send_copy", "sends the tensor's fingerprint", '''
+        return fingerprint(self.tensor)
+    '''),
+]

@@ -1,0 +1,41 @@
+"""Chapter 04: plausible wrong answers (see mutants/README.md).
+
+Not kept: `Worker.work` recording without waiting for the sink's reply. The
+record usually lands before the caller reads the summary, and no test can
+force it not to (two senders' messages have no order), so a test would only
+catch it by chance.
+"""
+
+from koans.mutants import Mutant
+
+MUTANTS = [
+    Mutant("MetricsSink.record", "answers the count from before the record", '''
+        count = len(self.records)
+        self.records.append((source, metric, float(value)))
+        return count
+    '''),
+    Mutant("MetricsSink.record", "stores the metric where the source belongs", '''
+        self.records.append((metric, source, float(value)))
+        return len(self.records)
+    '''),
+    Mutant("find_sink", "spawns a sink of its own in the caller's process", '''
+        from monarch.actor import this_proc
+
+        return this_proc().spawn(name, MetricsSink, created_by)
+    '''),
+    Mutant("find_sink", "looks up the default name, whatever name it was given", '''
+        return get_or_spawn_controller(SINK_NAME, MetricsSink, created_by).get(timeout=timeout)
+    '''),
+    Mutant("Worker.work", "records under another metric name", '''
+        result = sum(x * x for x in items)
+        sink = find_sink(f"worker{self.rank}", self.sink_name)
+        sink.record.call_one(f"worker{self.rank}", "items", len(items)).get(timeout=TIMEOUT)
+        return result
+    '''),
+    Mutant("Worker.work", "records the result instead of the number of items", '''
+        result = sum(x * x for x in items)
+        sink = find_sink(f"worker{self.rank}", self.sink_name)
+        sink.record.call_one(f"worker{self.rank}", "items_done", result).get(timeout=TIMEOUT)
+        return result
+    '''),
+]

@@ -1,0 +1,94 @@
+"""Chapter 06: plausible wrong answers (see mutants/README.md).
+
+Deleted as harmless: route() forgetting to add a failed replica to `tried`.
+mark_unhealthy has already taken it out of rotation, so round robin skips it
+anyway; `tried` only matters for a session's replica, which the same marking
+covers.
+"""
+
+from koans.mutants import Mutant
+
+ROUTE = '''
+    for number in range(self.attempts):
+        replica = self._pick(session, tried)
+        if replica is None:
+            break
+        if number > 0:
+            self.stats.retries += 1
+        call = getattr(replica.actor, endpoint_name).call_one(*args, **kwargs)
+        outcome = await classify(call, self.call_timeout, where=f"replica {replica.index}")
+        if outcome.ok:
+            self._served(replica, session)
+            return outcome.value
+        if outcome.kind == "endpoint_error":
+            raise outcome.value
+        self.mark_unhealthy(replica, outcome.kind)
+        attempts.append(Attempt(replica.index, outcome.kind, outcome.summary))
+        tried.add(replica.index)
+    self.stats.failed += 1
+    raise ServiceUnavailable(endpoint_name, attempts, self.healthy_count())
+'''
+
+MUTANTS = [
+    Mutant("Service.next_replica", "off by one: leaves the cursor on the replica it returns", '''
+        count = len(self.replicas)
+        for step in range(count):
+            replica = self.replicas[(self.cursor + step) % count]
+            if replica.healthy and replica.index not in exclude:
+                self.cursor = replica.index % count
+                return replica
+        return None
+    '''),
+    Mutant("Service.next_replica", "starts from replica 0 every time", '''
+        for replica in self.replicas:
+            if replica.healthy and replica.index not in exclude:
+                self.cursor = (replica.index + 1) % len(self.replicas)
+                return replica
+        return None
+    '''),
+    Mutant("Service.next_replica", "ignores `exclude`", '''
+        count = len(self.replicas)
+        for step in range(count):
+            replica = self.replicas[(self.cursor + step) % count]
+            if replica.healthy:
+                self.cursor = (replica.index + 1) % count
+                return replica
+        return None
+    '''),
+    Mutant("Service.mark_unhealthy", "counts a death once per report", '''
+        if self.replicas[replica.index] is replica:
+            replica.healthy = False
+            replica.failures += 1
+            self.stats.replica_failures += 1
+            if self.auto_recover:
+                self.start_recovery(replica)
+    '''),
+    Mutant("Service.mark_unhealthy", "marks whatever replica now holds that index", '''
+        current = self.replicas[replica.index]
+        if current.healthy:
+            current.healthy = False
+            current.failures += 1
+            self.stats.replica_failures += 1
+            if self.auto_recover:
+                self.start_recovery(current)
+    '''),
+    Mutant("Service.mark_unhealthy", "recovers even when auto_recover is off", '''
+        if self.replicas[replica.index] is replica and replica.healthy:
+            replica.healthy = False
+            replica.failures += 1
+            self.stats.replica_failures += 1
+            self.start_recovery(replica)
+    '''),
+    Mutant("Service.route", "retries an endpoint error on another replica",
+           ROUTE.replace('''        if outcome.kind == "endpoint_error":
+            raise outcome.value
+''', '')),
+    Mutant("Service.route", "counts the first try as a retry",
+           ROUTE.replace("        if number > 0:\n            self.stats.retries += 1\n", "        self.stats.retries += 1\n")),
+    Mutant("Service.route", "one try more than `attempts` allows",
+           ROUTE.replace("for number in range(self.attempts):", "for number in range(self.attempts + 1):")),
+    Mutant("Service.route", "forgets to count a request that failed",
+           ROUTE.replace("    self.stats.failed += 1\n", "")),
+    Mutant("Service.route", "gives up after the first failure",
+           ROUTE.replace("        tried.add(replica.index)\n", "        tried.add(replica.index)\n        break\n")),
+]

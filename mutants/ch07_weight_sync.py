@@ -1,0 +1,103 @@
+"""Chapter 07: plausible wrong answers (see mutants/README.md)."""
+
+from koans.mutants import Mutant
+
+CLAIM = '''
+    now = time.monotonic()
+    for lease, (_, since) in list(self.leases.items()):
+        if now - since > self.lease_timeout_s:
+            del self.leases[lease]
+            self.counts["expired_leases"] += 1
+    busy = set(self.writing) | {slot for slot, _ in self.leases.values()}
+    if self.latest is not None:
+        busy.add(self.latest[1])
+    for slot in range(len(self.offers)):
+        if slot not in busy:
+            self.writing.add(slot)
+            return slot
+    self.counts["skipped_claims"] += 1
+    return None
+'''
+
+PULL = '''
+    for _ in range(self.attempts):
+        snapshot = await asyncio.wait_for(self.store.acquire.call_one(self.version), self.timeout)
+        if snapshot is None:
+            return None
+        try:
+            await self.load(snapshot, halfway)
+        finally:
+            held = await asyncio.wait_for(self.store.release.call_one(snapshot.lease), self.timeout)
+        if held:
+            self.version = snapshot.version
+            return snapshot.version
+        self.lost_leases += 1
+    raise RuntimeError("the lease kept expiring")
+'''
+
+MUTANTS = [
+    Mutant("WeightStore.claim", "may hand out the latest version's slot",
+           CLAIM.replace("    if self.latest is not None:\n        busy.add(self.latest[1])\n", "")),
+    Mutant("WeightStore.claim", "ignores the leases", CLAIM.replace(" | {slot for slot, _ in self.leases.values()}", "")),
+    Mutant("WeightStore.claim", "never drops an expired lease",
+           CLAIM.replace("        if now - since > self.lease_timeout_s:\n", "        if False:\n")),
+    Mutant("WeightStore.claim", "does not mark the slot as being written",
+           CLAIM.replace("            self.writing.add(slot)\n", "")),
+    Mutant("WeightPublisher.publish", "waits for a free slot instead of skipping", '''
+        slot = await asyncio.wait_for(self.store.claim.call_one(), self.timeout)
+        while slot is None:
+            await asyncio.sleep(0.01)
+            slot = await asyncio.wait_for(self.store.claim.call_one(), self.timeout)
+        self.staging.start(state_dict, slot, version)
+        self.version = version
+        return version
+    '''),
+    Mutant("WeightPublisher.publish", "forgets to remember the version it published", '''
+        slot = await asyncio.wait_for(self.store.claim.call_one(), self.timeout)
+        if slot is None:
+            self.skipped += 1
+            return None
+        self.staging.start(state_dict, slot, version)
+        return version
+    '''),
+    Mutant("WeightPublisher.publish", "answers the version even when it skipped", '''
+        slot = await asyncio.wait_for(self.store.claim.call_one(), self.timeout)
+        if slot is None:
+            self.skipped += 1
+            return version
+        self.staging.start(state_dict, slot, version)
+        self.version = version
+        return version
+    '''),
+    Mutant("SnapshotReader.pull_and_load", "gives the lease back only when the load succeeded", '''
+        snapshot = await asyncio.wait_for(self.store.acquire.call_one(self.version), self.timeout)
+        if snapshot is None:
+            return None
+        await self.load(snapshot, halfway)
+        await asyncio.wait_for(self.store.release.call_one(snapshot.lease), self.timeout)
+        self.version = snapshot.version
+        return snapshot.version
+    '''),
+    Mutant("SnapshotReader.pull_and_load", "ignores a lost lease and keeps what it loaded", '''
+        snapshot = await asyncio.wait_for(self.store.acquire.call_one(self.version), self.timeout)
+        if snapshot is None:
+            return None
+        try:
+            await self.load(snapshot, halfway)
+        finally:
+            await asyncio.wait_for(self.store.release.call_one(snapshot.lease), self.timeout)
+        self.version = snapshot.version
+        return snapshot.version
+    '''),
+    Mutant("SnapshotReader.pull_and_load", "asks for anything newer than version 0, every time",
+           PULL.replace("acquire.call_one(self.version)", "acquire.call_one(0)")),
+    Mutant("SnapshotReader.pull_and_load", "gives the lease back before loading", '''
+        snapshot = await asyncio.wait_for(self.store.acquire.call_one(self.version), self.timeout)
+        if snapshot is None:
+            return None
+        await asyncio.wait_for(self.store.release.call_one(snapshot.lease), self.timeout)
+        await self.load(snapshot, halfway)
+        self.version = snapshot.version
+        return snapshot.version
+    '''),
+]

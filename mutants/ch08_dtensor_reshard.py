@@ -1,0 +1,95 @@
+"""Chapter 08: plausible wrong answers (see mutants/README.md)."""
+
+from koans.mutants import Mutant
+
+SHARD_BOX = '''
+    box = [(0, size) for size in shape]
+    for m, placement in enumerate(placements):
+        if isinstance(placement, Shard):
+            offset, length = box[placement.dim]
+            size = -(-length // mesh_shape[m])
+            start = min(coord[m] * size, length)
+            box[placement.dim] = (offset + start, max(0, min(size, length - start)))
+    return tuple(box)
+'''
+
+INTERSECT = '''
+    overlap = []
+    for (a_off, a_len), (b_off, b_len) in zip(a, b):
+        start, end = max(a_off, b_off), min(a_off + a_len, b_off + b_len)
+        if end <= start:
+            return None
+        overlap.append((start, end - start))
+    return tuple(overlap)
+'''
+
+PLAN = '''
+    holders: dict[Box, list[int]] = {}
+    for rank, box in src_boxes.items():
+        holders.setdefault(box, []).append(rank)
+    for dst_rank, coord in ranks(dst_mesh):
+        dst_box = shard_box(shape, dst_mesh, dst_placements, coord)
+        pieces = []
+        for src_box, group in holders.items():
+            overlap = intersect(src_box, dst_box)
+            if overlap is not None:
+                src = group[dst_rank % len(group)]
+                pieces.append(Piece(src, local_slices(overlap, src_box), local_slices(overlap, dst_box)))
+        plan[dst_rank] = pieces
+    return plan
+'''
+
+MUTANTS = [
+    Mutant("shard_box", "floor division for the chunk size", SHARD_BOX.replace("size = -(-length // mesh_shape[m])",
+                                                                             "size = length // mesh_shape[m]")),
+    Mutant("shard_box", "forgets the offset of an earlier split of the same dim",
+           SHARD_BOX.replace("box[placement.dim] = (offset + start,", "box[placement.dim] = (start,")),
+    Mutant("shard_box", "splits an even share per rank and lets the last take the rest", '''
+        box = [(0, size) for size in shape]
+        for m, placement in enumerate(placements):
+            if isinstance(placement, Shard):
+                offset, length = box[placement.dim]
+                size = length // mesh_shape[m]
+                start = coord[m] * size
+                last = coord[m] == mesh_shape[m] - 1
+                box[placement.dim] = (offset + start, length - start if last else size)
+        return tuple(box)
+    '''),
+    Mutant("intersect", "treats boxes that only touch as overlapping", INTERSECT.replace("if end <= start:", "if end < start:")),
+    Mutant("intersect", "inclusive box ends", INTERSECT.replace("overlap.append((start, end - start))",
+                                                                "overlap.append((start, end - start + 1))")),
+    Mutant("plan_transfer", "always pulls from the first replica", PLAN.replace("group[dst_rank % len(group)]", "group[0]")),
+    Mutant("plan_transfer", "pulls from every replica, not one", '''
+        for dst_rank, coord in ranks(dst_mesh):
+            dst_box = shard_box(shape, dst_mesh, dst_placements, coord)
+            pieces = []
+            for src_rank, src_box in src_boxes.items():
+                overlap = intersect(src_box, dst_box)
+                if overlap is not None:
+                    pieces.append(Piece(src_rank, local_slices(overlap, src_box), local_slices(overlap, dst_box)))
+            plan[dst_rank] = pieces
+        return plan
+    '''),
+    Mutant("plan_transfer", "slices the destination by the source's box", PLAN.replace(
+        "local_slices(overlap, src_box), local_slices(overlap, dst_box)",
+        "local_slices(overlap, src_box), local_slices(overlap, src_box)")),
+    Mutant("ShardHolder.pull", "copies into a flattened region (a copy, when the region is not contiguous)", '''
+        read = 0
+        for piece, handle in zip(pieces, handles):
+            buffer = await pull_into(handle, torch.empty(handle.numel, dtype=handle.dtype))
+            self.local[piece.dst_slices].reshape(-1).copy_(buffer)
+            read += handle.nbytes
+        return read
+    '''),
+    Mutant("ShardHolder.pull", "reads every piece into one shared buffer, copied after the loop", '''
+        read, landed = 0, []
+        for piece, handle in zip(pieces, handles):
+            buffer = await pull_into(handle, torch.empty(handle.numel, dtype=handle.dtype))
+            landed.append((piece, buffer))
+            read += handle.nbytes
+        for piece, buffer in landed[:1]:
+            region = self.local[piece.dst_slices]
+            region.copy_(buffer.view(region.shape))
+        return read
+    '''),
+]

@@ -1,0 +1,111 @@
+"""Chapter 09: plausible wrong answers (see mutants/README.md)."""
+
+from koans.mutants import Mutant
+
+SAMPLE = '''
+    self.learner_version = max(self.learner_version, learner_version)
+
+    def enough() -> bool:
+        stale = [g for g in self.groups if self._too_stale(g)]
+        self.ledger.dropped_stale += [g.id for g in stale]
+        self.groups[:] = [g for g in self.groups if not self._too_stale(g)]
+        return len(self.groups) >= count
+
+    try:
+        async with self.arrived:
+            await asyncio.wait_for(self.arrived.wait_for(enough), timeout)
+    except asyncio.TimeoutError:
+        return None
+    batch, self.groups[:] = self.groups[:count], self.groups[count:]
+    self.ledger.trained += [g.id for g in batch]
+    return batch
+'''
+
+TRAIN = '''
+    results, version = [], 0
+    try:
+        while len(results) < steps:
+            batch = await asyncio.wait_for(buffer.sample.call_one(batch_groups, version), TIMEOUT)
+            if batch is None:
+                continue
+            result = await asyncio.wait_for(learner.train.call_one(batch), TIMEOUT)
+            version = result["version"]
+            results.append(result)
+            if on_step is not None:
+                on_step(result)
+    finally:
+        stop.set()
+    return results
+'''
+
+MUTANTS = [
+    Mutant("ReplayBuffer.put", "refuses a group whose lag equals max_lag (`>=` where the bound needs `>`)", '''
+        if self.learner_version - group.version >= self.max_lag:
+            self.ledger.refused_stale.append(group.id)
+            return False
+        self.groups.append(group)
+        async with self.arrived:
+            self.arrived.notify_all()
+        return True
+    '''),
+    Mutant("ReplayBuffer.put", "stores the group but wakes nobody", '''
+        if self._too_stale(group):
+            self.ledger.refused_stale.append(group.id)
+            return False
+        self.groups.append(group)
+        return True
+    '''),
+    Mutant("ReplayBuffer.put", "refuses a stale group without counting it", '''
+        if self._too_stale(group):
+            return False
+        self.groups.append(group)
+        async with self.arrived:
+            self.arrived.notify_all()
+        return True
+    '''),
+    Mutant("ReplayBuffer.sample", "hands out the newest groups instead of the oldest",
+           SAMPLE.replace("batch, self.groups[:] = self.groups[:count], self.groups[count:]",
+                          "batch, self.groups[:] = self.groups[-count:], self.groups[:-count]")),
+    Mutant("ReplayBuffer.sample", "hands out the same groups again (never removes them)",
+           SAMPLE.replace("batch, self.groups[:] = self.groups[:count], self.groups[count:]",
+                          "batch = self.groups[:count]")),
+    Mutant("ReplayBuffer.sample", "skips stale groups without dropping or counting them", '''
+        self.learner_version = max(self.learner_version, learner_version)
+
+        def fresh() -> list:
+            return [g for g in self.groups if not self._too_stale(g)]
+
+        try:
+            async with self.arrived:
+                await asyncio.wait_for(self.arrived.wait_for(lambda: len(fresh()) >= count), timeout)
+        except asyncio.TimeoutError:
+            return None
+        batch = fresh()[:count]
+        self.groups[:] = [g for g in self.groups if g not in batch]
+        self.ledger.trained += [g.id for g in batch]
+        return batch
+    '''),
+    Mutant("ReplayBuffer.sample", "forgets to raise the learner's version",
+           SAMPLE.replace("self.learner_version = max(self.learner_version, learner_version)", "pass")),
+    Mutant("continuous_training", "sets stop after the loop, not in a finally", '''
+        results, version = [], 0
+        while len(results) < steps:
+            batch = await asyncio.wait_for(buffer.sample.call_one(batch_groups, version), TIMEOUT)
+            if batch is None:
+                continue
+            result = await asyncio.wait_for(learner.train.call_one(batch), TIMEOUT)
+            version = result["version"]
+            results.append(result)
+            if on_step is not None:
+                on_step(result)
+        stop.set()
+        return results
+    '''),
+    Mutant("continuous_training", "counts a step that got no batch", TRAIN.replace(
+        "            if batch is None:\n                continue\n", "            if batch is None:\n                results.append({\"version\": version})\n                continue\n")),
+    Mutant("continuous_training", "always samples against version 0", TRAIN.replace("call_one(batch_groups, version)",
+                                                                                    "call_one(batch_groups, 0)")),
+    Mutant("continuous_training", "waits with a blocking .get(): the loops take turns", TRAIN.replace(
+        "result = await asyncio.wait_for(learner.train.call_one(batch), TIMEOUT)",
+        "result = learner.train.call_one(batch).get(timeout=TIMEOUT)")),
+]
