@@ -1,8 +1,10 @@
 """Chapter 03 plumbing: the demo. You may skip this file; nothing in it is a TODO.
 
-    python -m solutions.ch03_rdma_transfer      (yours: python -m exercises.ch03_rdma_transfer)
+    python -m solutions.ch03_rdma_transfer            the demo (yours: python -m exercises.ch03_rdma_transfer)
+    python -m solutions.ch03_rdma_transfer --bench    read throughput and Monarch's knobs (koans/bench_rdma.py)
 """
 
+import sys
 import time
 
 from monarch.actor import this_host
@@ -12,6 +14,11 @@ from .ch03_rdma_transfer import Reader, TensorOwner, fingerprint, message_bytes
 
 
 def main() -> None:
+    if "--bench" in sys.argv:
+        from koans.bench_rdma import main as bench_main
+
+        bench_main([arg for arg in sys.argv[1:] if arg != "--bench"])
+        return
     timeout = 60
     numel = 16 * 1024 * 1024  # 64 MiB of float32
     print(f"Chapter 03: RDMA transfer (backend: {get_rdma_backend()})\n")

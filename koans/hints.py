@@ -225,4 +225,31 @@ HINTS: dict[str, dict[str, tuple[str, ...]]] = {
             "times mask.",
         ),
     },
+    "ch11": {
+        "truncated_importance_weights": (
+            "A ratio of probabilities is the exponential of a difference of log-probabilities.",
+            "weights = torch.exp(proximal_logps - behaviour_logps); cap it with .clamp(max=cap) unless cap is None.",
+            "return weights * mask (so padding weighs exactly 0).",
+        ),
+        "effective_sample_size": (
+            "Keep only the real tokens, then (sum w)^2 / sum w^2 says how many of them really count.",
+            "kept = weights[mask.bool()]; with none kept (or all zero), answer 1.0.",
+            "return float(kept.sum() ** 2 / (kept * kept).sum() / kept.numel())",
+        ),
+        "decoupled_ppo_loss": (
+            "Chapter 10's clipped objective, with two changes: the ratio is to the proximal policy, and "
+            "each token is weighted by w.",
+            "w = truncated_importance_weights(proximal_logps, behaviour_logps, mask, cap); "
+            "ratio = torch.exp(logps - proximal_logps); A = advantages[:, None].",
+            "objective = w * torch.min(ratio * A, ratio.clamp(1 - clip, 1 + clip) * A) (or w * ratio * A when "
+            "clip is None); loss = -masked_mean(objective, mask); stats from effective_sample_size(w, mask) and "
+            "masked_mean.",
+        ),
+        "AdmissionWindow.admit": (
+            "Group number k is trained in step k // batch_groups: its lag then is that step minus the "
+            "generator's version.",
+            "number = self.admitted; too late if number // self.batch_groups - generator_version > self.max_lag.",
+            "Too late: self.refused += 1; return None. Else: self.admitted += 1; return number.",
+        ),
+    },
 }

@@ -7,6 +7,7 @@ its solution, test file and doc.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,6 +85,8 @@ CHAPTERS: tuple[Chapter, ...] = (
     Chapter(8, "dtensor_reshard", "Resharding by overlap", ELECTIVE, 35, builds_on=(3,), fits_after=7),
     Chapter(9, "async_loops", "Async RL: two loops and a buffer", WORKSHOP, 25, builds_on=(3, 7)),
     Chapter(10, "qwen_grpo", "Async GRPO for a Qwen2 policy", WORKSHOP, 25, builds_on=(3, 5, 6, 7, 9)),
+    Chapter(11, "staleness", "Staleness: what it costs, how to correct it", ELECTIVE, 40, builds_on=(3, 5, 6, 7, 9, 10),
+            fits_after=10),
 )
 
 
@@ -124,3 +127,30 @@ def chapter_for_module(module_name: str) -> Chapter | None:
         if chapter.module in module_name:
             return chapter
     return None
+
+
+# ---------------------------------------------------------------- helpers for the runner (no Monarch import)
+
+
+def todos_of(chapter: Chapter):
+    """The chapter's TODOs (koans.stubgen.Todo objects), read from its solution. Unlike
+    koans.harness.chapter_todos this does not import Monarch, so the CLI stays quick."""
+    return _todos_of_tag(chapter.tag)
+
+
+@functools.lru_cache(maxsize=None)
+def _todos_of_tag(tag: str):
+    from koans.stubgen import find_todos
+
+    path = find_chapter(tag).source_file("solutions")
+    return find_todos(path.read_text(), str(path))
+
+
+def fingerprint_files(chapter: Chapter, impl: str = "exercises") -> list[Path]:
+    """The files a chapter's result depends on: its own file and given files, those of the
+    chapters it builds on, its test file and conftest.py."""
+    files = [chapter.source_file(impl), *chapter.given_files(impl)]
+    for number in chapter.builds_on:
+        earlier = find_chapter(number)
+        files += [earlier.source_file(impl), *earlier.given_files(impl)]
+    return files + [chapter.test_file, PROJECT_ROOT / "conftest.py"]

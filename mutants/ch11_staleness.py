@@ -1,0 +1,80 @@
+"""Chapter 11: plausible wrong answers (see mutants/README.md)."""
+
+from koans.mutants import Mutant
+
+LOSS = '''
+    weights = truncated_importance_weights(proximal_logps, behaviour_logps, mask, cap)
+    ratio = torch.exp(logps - proximal_logps)
+    per_token_advantage = advantages[:, None]
+    if clip is None:
+        objective = weights * ratio * per_token_advantage
+        clipped = torch.zeros_like(ratio)
+    else:
+        objective = weights * torch.min(ratio * per_token_advantage,
+                                        ratio.clamp(1 - clip, 1 + clip) * per_token_advantage)
+        clipped = ((ratio < 1 - clip) | (ratio > 1 + clip)).float()
+    loss = -masked_mean(objective, mask)
+    return loss, {"ess": effective_sample_size(weights, mask), "clip_fraction": float(masked_mean(clipped, mask)),
+                  "mean_weight": float(masked_mean(weights, mask))}
+'''
+
+MUTANTS = [
+    Mutant("truncated_importance_weights", "the ratio upside down: behaviour over proximal", '''
+        weights = torch.exp(behaviour_logps - proximal_logps)
+        if cap is not None:
+            weights = weights.clamp(max=cap)
+        return weights * mask
+    '''),
+    Mutant("truncated_importance_weights", "caps from below instead of above", '''
+        weights = torch.exp(proximal_logps - behaviour_logps)
+        if cap is not None:
+            weights = weights.clamp(min=1 / cap)
+        return weights * mask
+    '''),
+    Mutant("truncated_importance_weights", "leaves padding's weights in", '''
+        weights = torch.exp(proximal_logps - behaviour_logps)
+        if cap is not None:
+            weights = weights.clamp(max=cap)
+        return weights
+    '''),
+    Mutant("effective_sample_size", "counts the padding", '''
+        if float((weights * weights).sum()) == 0.0:
+            return 1.0
+        return float(weights.sum() ** 2 / (weights * weights).sum() / weights.numel())
+    '''),
+    Mutant("effective_sample_size", "forgets to normalise by the count", '''
+        kept = weights[mask.bool()]
+        if kept.numel() == 0 or float((kept * kept).sum()) == 0.0:
+            return 1.0
+        return float(kept.sum() ** 2 / (kept * kept).sum())
+    '''),
+    Mutant("decoupled_ppo_loss", "the ratio to the behaviour policy, as in chapter 10",
+           LOSS.replace("ratio = torch.exp(logps - proximal_logps)", "ratio = torch.exp(logps - behaviour_logps)")),
+    Mutant("decoupled_ppo_loss", "forgets the weights", LOSS.replace("objective = weights * torch.min(", "objective = torch.min(")),
+    Mutant("decoupled_ppo_loss", "clips the weighted objective's ratio at w * (1 +- clip)", LOSS.replace(
+        "ratio.clamp(1 - clip, 1 + clip) * per_token_advantage)", "(weights * ratio).clamp(1 - clip, 1 + clip) * per_token_advantage / weights.clamp(min=1e-8))")),
+    Mutant("AdmissionWindow.admit", "`>=` where the bound allows a lag equal to max_lag", '''
+        number = self.admitted
+        if number // self.batch_groups - generator_version >= self.max_lag:
+            self.refused += 1
+            return None
+        self.admitted += 1
+        return number
+    '''),
+    Mutant("AdmissionWindow.admit", "judges the lag by the group's number, not its training step", '''
+        number = self.admitted
+        if number - generator_version > self.max_lag:
+            self.refused += 1
+            return None
+        self.admitted += 1
+        return number
+    '''),
+    Mutant("AdmissionWindow.admit", "counts a refusal as an admission", '''
+        number = self.admitted
+        self.admitted += 1
+        if number // self.batch_groups - generator_version > self.max_lag:
+            self.refused += 1
+            return None
+        return number
+    '''),
+]

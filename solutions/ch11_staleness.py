@@ -1,0 +1,159 @@
+"""Chapter 11 (elective): what staleness costs, how to correct for it, and where async wins.
+
+Chapter 09 bounds staleness by refusing and dropping old groups, and chapter
+10's clipped ratio keeps a lag of one harmless. Systems that run far ahead
+of the trainer combine a bound with a *correction*. Three policies are in play
+for every token:
+
+    behaviour  the (old) policy that generated the response: logps from the generator
+    proximal   the trainer's policy before this update: a forward pass, no gradient
+    current    the policy being updated: the only one with a gradient
+
+  truncated importance sampling: weight each token by how much more likely the
+      proximal policy finds it than the behaviour policy did, capped at C:
+          w = min(exp(logp_proximal - logp_behaviour), C)
+  decoupled PPO: clip the ratio against the *proximal* policy, not the old one,
+      and let w alone carry the correction for staleness:
+          objective = w * min(r * A, clip(r, 1 - eps, 1 + eps) * A),  r = exp(logp - logp_proximal)
+  effective sample size: (sum w)^2 / sum w^2 over the batch, divided by the count.
+      1.0 when every weight is equal; about 1/n when one token dominates: the
+      early warning that a batch is too stale to learn from.
+  admission without waste: instead of generating freely and dropping what
+      turns stale, let a generator start a group only if the group will be
+      trained while its lag is still within the bound. Nothing is made to be
+      thrown away.
+
+The lab (`python -m solutions.ch11_staleness --sweep`) trains the counting task
+of chapter 10 at max lag 0, 1, 2, 4 and 8 with each correction, and
+`--env-latency-ms 0,20,50,100` measures async against lock step when every
+rollout waits on an environment, as a code sandbox or a remote judge makes it wait.
+
+Your TODOs:
+  1. truncated_importance_weights   w per token, capped, 0 on padding
+  2. effective_sample_size          how many of the batch's tokens really count, as a fraction
+  3. decoupled_ppo_loss             the clipped ratio against the proximal policy, weighted by w
+  4. AdmissionWindow.admit          start a group only if it will be trained within the lag bound
+
+Given, safe to skip: ch11_plumbing.py (the lab, the latency experiment, the comparison with chapter 09).
+Check:     pytest tests/test_ch11_staleness.py     (or: koans check 11)
+Run lab:   python -m solutions.ch11_staleness --sweep      (also: --env-latency-ms 0,20,50,100, --waste)
+Read:      docs/11_staleness.md
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from koans.demo import run_demo
+
+from .ch10_qwen_grpo import masked_mean
+
+
+def truncated_importance_weights(proximal_logps: torch.Tensor, behaviour_logps: torch.Tensor, mask: torch.Tensor,
+                                 cap: float = 2.0) -> torch.Tensor:
+    """[N, T] per-token weights min(p_proximal / p_behaviour, cap); exactly 0 where mask is 0."""
+    # >>> TODO(ch11): each token's importance weight, proximal over behaviour, capped at `cap`; 0 on padding
+    # The weights carry no gradient (both inputs are log-probabilities computed without one). cap=None
+    # means no cap.
+    weights = torch.exp(proximal_logps - behaviour_logps)
+    if cap is not None:
+        weights = weights.clamp(max=cap)
+    return weights * mask
+    # <<< TODO
+
+
+def effective_sample_size(weights: torch.Tensor, mask: torch.Tensor) -> float:
+    """(sum w)^2 / sum w^2 over the tokens where mask is 1, divided by their count: in (0, 1]."""
+    # >>> TODO(ch11): the normalised effective sample size of the masked weights
+    # Only tokens with mask 1 count, padding nowhere. Equal weights give 1.0; one weight far above
+    # the others gives about 1 / (number of tokens). No tokens at all: 1.0.
+    kept = weights[mask.bool()]
+    if kept.numel() == 0 or float((kept * kept).sum()) == 0.0:
+        return 1.0
+    return float(kept.sum() ** 2 / (kept * kept).sum() / kept.numel())
+    # <<< TODO
+
+
+def decoupled_ppo_loss(logps: torch.Tensor, proximal_logps: torch.Tensor, behaviour_logps: torch.Tensor,
+                       advantages: torch.Tensor, mask: torch.Tensor, clip: float | None = 0.2, cap: float = 2.0):
+    """Decoupled PPO: the ratio to the proximal policy, clipped; each token weighted by w.
+
+    logps (being trained), proximal_logps, behaviour_logps, mask: [N, T]; advantages: [N].
+    clip=None: no clip, which is plain truncated importance sampling.
+    Returns (loss, {"ess": float, "clip_fraction": float, "mean_weight": float}).
+    """
+    # >>> TODO(ch11): w * PPO's clipped objective against the proximal policy; its negative masked mean
+    # w from truncated_importance_weights; r = p_current / p_proximal per token; the objective per
+    # token is w * min(r * A, clip(r, 1 - clip, 1 + clip) * A), or w * r * A when clip is None.
+    # loss = -masked_mean(objective, mask). Stats: the ESS of w, the masked fraction of tokens whose r
+    # lies outside the clip range (0.0 without a clip), and the masked mean of w.
+    weights = truncated_importance_weights(proximal_logps, behaviour_logps, mask, cap)
+    ratio = torch.exp(logps - proximal_logps)
+    per_token_advantage = advantages[:, None]
+    if clip is None:
+        objective = weights * ratio * per_token_advantage
+        clipped = torch.zeros_like(ratio)
+    else:
+        objective = weights * torch.min(ratio * per_token_advantage,
+                                        ratio.clamp(1 - clip, 1 + clip) * per_token_advantage)
+        clipped = ((ratio < 1 - clip) | (ratio > 1 + clip)).float()
+    loss = -masked_mean(objective, mask)
+    return loss, {"ess": effective_sample_size(weights, mask), "clip_fraction": float(masked_mean(clipped, mask)),
+                  "mean_weight": float(masked_mean(weights, mask))}
+    # <<< TODO
+
+
+class AdmissionWindow:
+    """Admission control for asynchronous generation: a group may be started only if it will be
+    trained before it is more than `max_lag` versions old. Groups are trained in the order they were
+    admitted, `batch_groups` per training step, so the group admitted as number k (0, 1, 2, ...) is
+    trained in step k // batch_groups, by the learner at version k // batch_groups. A generator
+    holds weights no newer than the learner's; at worst exactly the learner's current version.
+    """
+
+    def __init__(self, max_lag: int, batch_groups: int):
+        if max_lag < 0 or batch_groups < 1:
+            raise ValueError(f"need max_lag >= 0 and batch_groups >= 1, got {max_lag} and {batch_groups}")
+        self.max_lag, self.batch_groups = max_lag, batch_groups
+        self.admitted = 0  # groups admitted so far; the next one gets this number
+        self.refused = 0  # requests turned down (nothing was generated for them: no waste)
+        self.arrived: dict[int, object] = {}  # finished groups, by number, not yet trained
+        self.trained = 0  # groups handed to the learner, in admission order
+
+    def admit(self, generator_version: int) -> int | None:
+        """The number of the group a generator holding `generator_version` may start now, or None."""
+        # >>> TODO(ch11): admit the next group only if its lag when trained stays within max_lag; else None
+        # The next group's number is self.admitted; it will be trained at version number // batch_groups,
+        # and its lag then is that version minus generator_version. Count an admission in self.admitted
+        # and a refusal in self.refused.
+        number = self.admitted
+        if number // self.batch_groups - generator_version > self.max_lag:
+            self.refused += 1
+            return None
+        self.admitted += 1
+        return number
+        # <<< TODO
+
+    def put(self, number: int, group) -> None:
+        """A generator finished the group it was admitted for as `number`."""
+        self.arrived[number] = group
+
+    def next_batch(self) -> list | None:
+        """The next `batch_groups` groups in admission order, once all of them have arrived; else None."""
+        wanted = range(self.trained, self.trained + self.batch_groups)
+        if not all(n in self.arrived for n in wanted):
+            return None
+        self.trained += self.batch_groups
+        return [self.arrived.pop(n) for n in wanted]
+
+    @property
+    def learner_version(self) -> int:
+        return self.trained // self.batch_groups
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from .ch11_plumbing import main  # the lab: given code, safe to skip
+
+    run_demo(main)

@@ -1,0 +1,160 @@
+"""Chapter 11 (elective): staleness. Run: pytest tests/test_ch11_staleness.py
+
+The numbers in these tests are worked by hand; each comment shows the arithmetic.
+"""
+
+import json
+import math
+
+import pytest
+import torch
+
+
+def close(actual, expected, tol=1e-4):
+    return torch.allclose(torch.as_tensor(actual, dtype=torch.float32),
+                          torch.as_tensor(expected, dtype=torch.float32), atol=tol)
+
+
+# A 2x3 batch: two responses of three tokens; the second response's third token is padding.
+PROXIMAL = torch.tensor([[0.0, -1.0, -2.0], [-0.5, -0.5, 0.0]])
+BEHAVIOUR = torch.tensor([[0.0, -1.5, -1.0], [-0.5, -2.0, -3.0]])
+MASK = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+E = math.e
+
+
+# --- TODO 1: truncated_importance_weights -------------------------------------------------------
+
+
+@pytest.mark.todo("truncated_importance_weights")
+def test_weights_are_the_probability_ratio_capped(chapter):
+    # exp(prox - behav): [[e^0, e^0.5, e^-1], [e^0, e^1.5, (padding)]] = [[1, 1.6487, 0.3679], [1, 4.4817, 0]]
+    uncapped = chapter.truncated_importance_weights(PROXIMAL, BEHAVIOUR, MASK, cap=None)
+    assert close(uncapped, [[1.0, E ** 0.5, E ** -1], [1.0, E ** 1.5, 0.0]])
+    capped = chapter.truncated_importance_weights(PROXIMAL, BEHAVIOUR, MASK, cap=2.0)
+    assert close(capped, [[1.0, E ** 0.5, E ** -1], [1.0, 2.0, 0.0]]), "4.4817 is capped at 2; small weights stay"
+    assert capped[1, 2] == 0.0, "padding weighs exactly 0, even where the raw ratio is e^3"
+
+
+@pytest.mark.todo("truncated_importance_weights")
+def test_weights_carry_no_gradient_and_on_policy_data_weighs_one(chapter):
+    logps = torch.tensor([[-0.3, -1.2]], requires_grad=True)
+    weights = chapter.truncated_importance_weights(logps.detach(), logps.detach(), torch.ones(1, 2), cap=2.0)
+    assert close(weights, [[1.0, 1.0]]) and not weights.requires_grad, "fresh data: every weight is 1"
+
+
+# --- TODO 2: effective_sample_size ---------------------------------------------------------------
+
+
+@pytest.mark.todo("effective_sample_size")
+def test_equal_weights_give_one_and_a_dominant_weight_about_one_over_n(chapter):
+    assert chapter.effective_sample_size(torch.full((2, 3), 0.7), torch.ones(2, 3)) == pytest.approx(1.0)
+    dominant = torch.tensor([[1000.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]])
+    # (1007)^2 / (1000^2 + 7) / 8 = 0.12676: about 1/8
+    assert chapter.effective_sample_size(dominant, torch.ones(1, 8)) == pytest.approx(1007 ** 2 / (1000 ** 2 + 7) / 8)
+
+
+@pytest.mark.todo("effective_sample_size")
+def test_padding_does_not_count(chapter):
+    weights = torch.tensor([[1.0, E ** 0.5, E ** -1], [1.0, 2.0, 99.0]])  # 99 sits on padding
+    # kept: 1, 1.6487, 0.3679, 1, 2: (6.0166)^2 / 8.8536 / 5 = 0.81773
+    assert chapter.effective_sample_size(weights, MASK) == pytest.approx(0.817733, abs=1e-4)
+    assert chapter.effective_sample_size(torch.ones(1, 2), torch.zeros(1, 2)) == 1.0, "no tokens: nothing to weigh"
+
+
+# --- TODO 3: decoupled_ppo_loss ---------------------------------------------------------------------
+
+
+def current_logps():
+    # r = p_current / p_proximal = exp(delta): [[1.1052, 1.3499, 0.7408], [1.0, 0.9048, (padding)]]
+    return PROXIMAL + torch.tensor([[0.1, 0.3, -0.3], [0.0, -0.1, 0.5]])
+
+
+@pytest.mark.todo("decoupled_ppo_loss")
+def test_decoupled_loss_by_hand(chapter):
+    advantages = torch.tensor([1.0, -1.0])
+    loss, stats = chapter.decoupled_ppo_loss(current_logps(), PROXIMAL, BEHAVIOUR, advantages, MASK, clip=0.2, cap=2.0)
+    # row 0 (A=+1): w * min(r, clip(r)) = 1*1.1052 + 1.6487*1.2 + 0.3679*0.7408 = [1.1052, 1.9785, 0.2725], mean 1.1187
+    # row 1 (A=-1): w * min(-r, -clip(r)) = 1*(-1) + 2*(-0.9048) = [-1, -1.8097], mean -1.4048
+    # loss = -(1.1187 - 1.4048) / 2 = 0.14306
+    assert close(loss, 0.143057)
+    # r outside [0.8, 1.2]: row 0's 1.35 and 0.74 (2 of 3), none of row 1's two real tokens: (2/3 + 0) / 2
+    assert stats["clip_fraction"] == pytest.approx(1 / 3)
+    assert stats["ess"] == pytest.approx(0.817733, abs=1e-4)
+    assert stats["mean_weight"] == pytest.approx(((1 + E ** 0.5 + E ** -1) / 3 + 1.5) / 2, abs=1e-4)
+
+
+@pytest.mark.todo("decoupled_ppo_loss")
+def test_without_a_clip_it_is_truncated_importance_sampling(chapter):
+    advantages = torch.tensor([1.0, -1.0])
+    loss, stats = chapter.decoupled_ppo_loss(current_logps(), PROXIMAL, BEHAVIOUR, advantages, MASK, clip=None, cap=2.0)
+    # row 0: 1.1052 + 1.6487*1.3499 + 0.3679*0.7408 = 3.6032, mean 1.2011; row 1: -(1 + 2*0.9048) / 2 = -1.4048
+    assert close(loss, 0.101878)
+    assert stats["clip_fraction"] == 0.0
+
+
+@pytest.mark.todo("decoupled_ppo_loss")
+def test_the_gradient_goes_through_the_ratio_not_the_weights(chapter):
+    logps = current_logps().clone().requires_grad_(True)
+    loss, _ = chapter.decoupled_ppo_loss(logps, PROXIMAL, BEHAVIOUR, torch.tensor([1.0, -1.0]), MASK, clip=0.2, cap=2.0)
+    loss.backward()
+    # clipped token (row 0, r = 1.35 > 1.2 with A > 0): no gradient; padding: none; the rest: -w * r * A / (3 or 2) / 2
+    assert logps.grad[0, 1] == 0.0 and logps.grad[1, 2] == 0.0
+    assert close(logps.grad[0, 0], -1.0 * E ** 0.1 / 3 / 2)
+    assert close(logps.grad[1, 1], 2.0 * E ** -0.1 / 2 / 2)
+
+
+# --- TODO 4: AdmissionWindow.admit ----------------------------------------------------------------
+
+
+@pytest.mark.todo("AdmissionWindow.admit")
+def test_within_the_window_every_group_is_admitted_and_none_beyond(chapter):
+    window = chapter.AdmissionWindow(max_lag=1, batch_groups=2)
+    # at version 0, groups 0-3 are trained at versions 0, 0, 1, 1: lags 0 and 1, inside the window
+    assert [window.admit(0) for _ in range(4)] == [0, 1, 2, 3]
+    assert window.admit(0) is None, "group 4 would be trained at version 2: lag 2 > max lag 1"
+    assert (window.admitted, window.refused) == (4, 1)
+
+
+@pytest.mark.todo("AdmissionWindow.admit")
+def test_a_newer_generator_may_start_more_and_order_holds(chapter):
+    window = chapter.AdmissionWindow(max_lag=0, batch_groups=2)
+    assert [window.admit(0), window.admit(0), window.admit(0)] == [0, 1, None], "max lag 0: only this step's batch"
+    for number in (1, 0):  # finished out of order
+        window.put(number, f"group{number}")
+    assert window.next_batch() == ["group0", "group1"], "served in admission order"
+    assert window.admit(0) is None, "still at version 0: group 2 would be trained at version 1"
+    assert window.admit(1) == 2, "a generator that pulled version 1 may start it"
+    assert window.next_batch() is None, "group 3 is not admitted yet: no batch"
+
+
+@pytest.mark.todo("AdmissionWindow.admit")
+def test_admission_wastes_nothing_where_chapter_09_drops(chapter, plumbing):
+    for lag in (0, 1, 4):
+        w = plumbing.waste(lag, batch_groups=8, produced_per_step=16, steps=50)
+        ch09, admission = w["ch09"], w["admission"]
+        assert ch09["generated"] == ch09["trained"] + ch09["dropped"] + ch09["left"], "chapter 09's groups balance"
+        assert ch09["dropped"] > 0, "generators twice as fast as the learner: chapter 09 throws groups away"
+        assert admission["dropped"] == 0
+        assert admission["generated"] == admission["trained"] + admission["left"], "everything made is trained or waits"
+        assert admission["trained"] == ch09["trained"], "the learner trains as much as before"
+        assert admission["generated"] + admission["refused"] == 16 * 50, "every request was admitted or turned down"
+
+
+# --- The lab -------------------------------------------------------------------------------------
+
+
+@pytest.mark.todo("decoupled_ppo_loss", "truncated_importance_weights", "effective_sample_size")
+@pytest.mark.time_limit(300)
+def test_a_short_sweep_writes_its_data(plumbing, tmp_path):
+    out = tmp_path / "sweep.json"
+    report = plumbing.sweep(lags=(0, 2), seeds=(0,), steps=3, out=str(out), quiet=True)
+    data = json.loads(out.read_text())
+    assert data["lags"] == [0, 2] and data["corrections"] == ["none", "clip", "tis", "decoupled"]
+    assert len(data["runs"]) == 2 * 4 and set(data["cells"]) == {f"{lag}/{c}" for lag in (0, 2) for c in data["corrections"]}
+    assert len({r["samples"] for r in data["runs"]}) == 1, "every run sees the same sample budget"
+    for run in data["runs"]:
+        assert len(run["rewards"]) == len(run["ess"]) == 3
+        assert all(0.0 <= r <= 1.0 for r in run["rewards"]) and all(0.0 < e <= 1.0 + 1e-6 for e in run["ess"])
+    lag0 = [r for r in data["runs"] if r["lag"] == 0]
+    assert all(e == pytest.approx(1.0) for r in lag0 for e in r["ess"][:1]), "at lag 0 the first batch is on-policy"
+    assert "max lag" in plumbing.table(report) and "lag 2" in plumbing.chart(report)
