@@ -11,9 +11,15 @@
   @pytest.mark.time_limit(s), or $KOANS_TEST_TIME_LIMIT) on top of the
   timeouts of its own waits.
 - Failures point at the TODO behind them (see koans/harness.py).
+- For the `koans` runner: per-test results as JSON (--koans-json), live
+  progress events (--koans-progress), and a notice when no test has finished
+  for a while ($KOANS_HANG_NOTICE_S, default 10 s) saying where the session waits.
 """
 
+import asyncio
+import contextlib
 import gc
+import importlib
 import os
 import re
 
@@ -25,7 +31,7 @@ import pytest  # noqa: E402
 
 from koans import harness  # noqa: E402
 from koans.manifest import chapter_for_module  # noqa: E402
-from koans.results import ResultLog  # noqa: E402
+from koans.results import ProgressLog, ResultLog  # noqa: E402
 
 SESSION_TAG = harness.new_session_tag()
 harness.install_fault_hook()
@@ -36,13 +42,20 @@ def pytest_addoption(parser):
     group.addoption("--impl", choices=harness.IMPLS, default=None, help="code under test (default: exercises, or $KOANS_IMPL)")
     group.addoption("--koans-tracebacks", action="store_true", help="keep full tracebacks for unwritten TODOs and timeouts")
     group.addoption("--koans-json", metavar="PATH", default=None, help="write per-test results as JSON (used by the koans CLI)")
+    group.addoption("--koans-progress", metavar="PATH", default=None,
+                    help="append progress events as JSON lines while the session runs (used by the koans CLI)")
+
+
+_CONFIG = []  # this session's config, for hooks that are not given it
 
 
 def pytest_configure(config):
+    _CONFIG[:] = [config]
     impl = harness.selected_impl(config.getoption("--impl"))
     os.environ[harness.IMPL_ENV] = impl  # seen by helpers and by the processes we spawn
     config.koans_impl = impl
     config.koans_results = ResultLog(config.getoption("--koans-json"))
+    config.koans_progress = ProgressLog(config.getoption("--koans-progress"))
 
 
 def pytest_report_header(config):
@@ -85,6 +98,28 @@ def chapter(request):
         return harness.import_chapter(found, request.config.koans_impl)
     except Exception as err:  # the learner's file does not even import: say where, briefly
         pytest.fail(harness.import_failure_message(found, request.config.koans_impl, err), pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def plumbing(chapter):
+    """The chapter's given plumbing module (chNN_plumbing.py), from the same implementation as `chapter`."""
+    package, name = chapter.__name__.rsplit(".", 1)
+    return importlib.import_module(f"{package}.{name[:4]}_plumbing")
+
+
+@pytest.fixture
+def aio():
+    """`aio.run(coroutine)`: one asyncio event loop for the whole test, so that background tasks
+    (a Service's recoveries) live on between calls. Closed after the test's other fixtures."""
+    with asyncio.Runner() as runner:
+        yield runner
+
+
+@pytest.fixture(scope="module")
+def module_aio():
+    """Like `aio`, shared by the tests of one module (for module-scoped actors such as a job)."""
+    with asyncio.Runner() as runner:
+        yield runner
 
 
 @pytest.fixture(scope="session")
@@ -151,13 +186,57 @@ def fresh_procs():
         harness.stop_procs(procs)
 
 
+def _time_limit(item) -> float:
+    marker = item.get_closest_marker("time_limit")
+    return marker.args[0] if marker else float(os.environ.get("KOANS_TEST_TIME_LIMIT", "120"))
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
     """Every test body runs under a time limit, a backstop for waits without a timeout."""
-    marker = item.get_closest_marker("time_limit")
-    limit = marker.args[0] if marker else float(os.environ.get("KOANS_TEST_TIME_LIMIT", "120"))
-    with harness.time_limit(limit):
+    with harness.time_limit(_time_limit(item)):
         return (yield)
+
+
+# ---------------------------------------------------------------- progress and hang notices
+
+
+def pytest_sessionstart(session):
+    config = session.config
+
+    def notify(text, data):
+        config.koans_progress.event("hang", text=text, **data)
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        capture = config.pluginmanager.get_plugin("capturemanager")
+        if reporter is None or config.getoption("--koans-progress"):
+            return  # the koans runner shows it
+        # Plain pytest: on the terminal, now, past the capture of the test's output (the test is stuck anyway).
+        with capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext():
+            reporter.write_line("")
+            for line in ("koans: " + text).splitlines():
+                reporter.write_line(line, yellow=True)
+
+    config.koans_hang_watch = harness.HangWatch(float(os.environ.get("KOANS_HANG_NOTICE_S", "10")), notify).start()
+
+
+def pytest_collection_finish(session):
+    session.config.koans_results.collected = len(session.items)
+    session.config.koans_progress.event("collected", count=len(session.items))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    todos = _marked_todos(item)
+    item.config.koans_hang_watch.test_started(item.name, todos, _time_limit(item))
+    item.config.koans_progress.event("start", nodeid=item.nodeid, name=item.name, todos=[t.key for t in todos])
+
+
+def pytest_runtest_logfinish(nodeid, location):
+    config = _CONFIG[0]
+    config.koans_hang_watch.test_finished()
+    entry = config.koans_results.entry(nodeid)
+    if entry is not None:
+        config.koans_progress.event("done", **entry)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -165,17 +244,24 @@ def pytest_runtest_makereport(item, call):
     # pytest parses the test's source to draw the traceback. On CPython 3.11 a garbage
     # collection that runs Monarch finalizers in the middle of that parse can break it
     # ("AST constructor recursion depth mismatch", an INTERNALERROR that ends the session).
-    # So collect first, and keep the collector off while the report is built.
-    gc.collect()
-    gc.disable()
+    # So, for a failure (only a failure's report is drawn), collect first and keep the collector off.
+    failing = call.excinfo is not None
+    if failing:
+        gc.collect()
+        gc.disable()
     try:
         report = yield
     finally:
-        gc.enable()
+        if failing:
+            gc.enable()
     todos = _marked_todos(item)
     if report.failed and call.excinfo is not None:
         text, replace = harness.explain_failure(call.excinfo, item.path, todos, item.config.koans_impl)
         report.koans_note = text
+        try:
+            report.koans_summary = harness.failure_summary(call.excinfo)
+        except Exception:  # a summary is a courtesy; never let it break the report
+            report.koans_summary = None
         if text and replace and not item.config.getoption("--koans-tracebacks"):
             report.longrepr = text
         elif text:
@@ -185,6 +271,9 @@ def pytest_runtest_makereport(item, call):
 
 
 def pytest_sessionfinish(session, exitstatus):
+    watch = getattr(session.config, "koans_hang_watch", None)
+    if watch is not None:
+        watch.stop()
     leftovers = harness.leftover_processes(SESSION_TAG)
     session.config.koans_leftovers = leftovers
     if leftovers:

@@ -7,3 +7,9 @@ import os
 # Monarch reads this once, when a process first imports it, so it is set here, before any
 # chapter module imports Monarch.
 os.environ.setdefault("HYPERACTOR_MESH_SUPERVISION_POLL_FREQUENCY", "1s")
+
+# Without an RDMA card, Monarch's RDMA falls back to TCP. There, cutting each read into pieces of
+# 4 MB reads about 1.5x faster than Monarch's default on a small machine, and reads issued together
+# faster still (docs/appendix/benchmarks.md). With an RDMA card, Monarch's default stands.
+if not (os.path.isdir("/sys/class/infiniband") and os.listdir("/sys/class/infiniband")):
+    os.environ.setdefault("MONARCH_RDMA_MAX_CHUNK_SIZE_MB", "4")

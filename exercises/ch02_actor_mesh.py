@@ -1,22 +1,14 @@
 """Chapter 02: actor meshes and adverbs.
 
 Spawning on a ProcMesh of N processes gives an ActorMesh: N actors, one per
-process, all answering to one handle. Instead of rank checks (`if rank == 0`)
-you say *who* gets a message with an adverb on the endpoint:
+process, behind one handle. Instead of rank checks, you say *who* gets a
+message with an adverb: `call` (every actor, a ValueMesh of replies),
+`broadcast` (every actor, no reply), `call_one` (the one actor of a mesh),
+`choose` (one actor, picked for you), and `slice` to address part of a mesh.
 
-    workers.add.call(1)        every actor; a Future of a ValueMesh of replies
-    workers.add.broadcast(1)   every actor; fire and forget, no reply
-    workers.add.call_one(1)    exactly one actor (the mesh must hold one)
-    workers.add.choose(1)      one actor, picked for you
-    workers.slice(procs=2)     a view of part of the mesh; adverbs work on it
-
-Each actor is its own object in its own process. Coordinates come in two
-kinds, and mixing them up is a classic bug:
-  - the actor's place in the mesh it was spawned on (fixed for its life), and
-  - `current_rank()`: where the *current message* sees it. A message sent
-    through a slice sees ranks 0..len(slice)-1.
-Split work by the message's view, so that a slice shares the work out among
-the actors it addresses.
+Two coordinates, not to be mixed up: the actor's place in the mesh it was
+spawned on (fixed), and `current_rank()`, where the *current message* sees it
+(a slice renumbers it). Split work by the message's view.
 
 Your TODOs:
   1. Worker.whoami          report both kinds of coordinates, and the pid
@@ -24,9 +16,8 @@ Your TODOs:
   3. Worker.sum_my_share    per-rank work: this actor's share of a list
   4. sum_of_squares         call() the whole mesh and combine the ValueMesh
 
-Check:     pytest tests/test_ch02_actor_mesh.py     (or: koans check 2)
-Run demo:  python -m solutions.ch02_actor_mesh
-Read:      docs/02_actor_mesh.md
+Given, safe to skip: ch02_plumbing.py (the demo).
+Check: koans check 2    Demo: python -m solutions.ch02_actor_mesh    Read: docs/02_actor_mesh.md
 """
 
 import os

@@ -5,12 +5,14 @@
 
 import os
 
+from koans.demo import demo_options
 from monarch.actor import this_host
 
 from .ch04_controllers import TIMEOUT, Worker, find_sink
 
 
 def main() -> None:
+    demo_options(f"{__package__}.ch04_controllers", "Chapter 04's demo: one metrics sink, found by name.")
     print("Chapter 04: controllers\n")
     procs = this_host().spawn_procs(per_host={"procs": 3})
     try:

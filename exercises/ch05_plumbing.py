@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from koans.demo import demo_options
 from monarch.actor import ProcMesh
 
 from .ch05_supervision import TIMEOUT, Supervisor, spawn_supervisor
@@ -58,4 +59,5 @@ async def demo() -> None:
 
 
 def main() -> None:
+    demo_options(f"{__package__}.ch05_supervision", "Chapter 05's demo: an endpoint error, a death, a respawn.")
     asyncio.run(demo())

@@ -12,6 +12,7 @@ import asyncio
 import sys
 import time
 
+from koans.demo import demo_options
 import torch
 from monarch.actor import Actor, endpoint, this_host
 
@@ -82,7 +83,7 @@ class PolicyTrainer(Actor):
     """Stands in for a trainer: each step changes every weight a little, then publishes."""
 
     def __init__(self, store: WeightStore, recipe: str = "mlp", dtype: torch.dtype = torch.float32,
-                 staging: str = "auto", rdma_chunk_bytes: int = 64 * 2**20, device: str = "cpu"):
+                 staging: str = "auto", rdma_chunk_bytes: int = 16 * 2**20, device: str = "cpu"):
         self.model = make_policy(recipe, seed=0).to(device=device, dtype=dtype)
         self.steps = 0
         self.published: dict[int, str] = {}  # version -> state fingerprint
@@ -224,9 +225,12 @@ async def demo() -> None:
 
 
 def main() -> None:
-    if "--bench" in sys.argv:
+    if "--bench" in sys.argv[1:]:  # the benchmark parses its own flags: --bench --help lists them
+        rest = [arg for arg in sys.argv[1:] if arg != "--bench"]
         from koans.bench_weight_sync import main as bench_main
 
-        bench_main(__name__.rsplit(".", 1)[0] + ".ch07_weight_sync", [a for a in sys.argv[1:] if a != "--bench"])
+        bench_main(f"{__package__}.ch07_weight_sync", rest)
         return
+    demo_options(f"{__package__}.ch07_weight_sync", "Chapter 07's demo: publish, pull, a slow reader.",
+                 (("--bench", "staged against blocking weight sync instead (its own flags: --bench --help)"),))
     asyncio.run(demo())

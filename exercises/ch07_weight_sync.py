@@ -1,47 +1,27 @@
 """Chapter 07: weight sync without process groups.
 
-In RL the trainer changes the policy every step, and the generators must get
-the new weights. The textbook way is a collective: everyone joins one process
-group and `broadcast`s, so the trainer stops training and the generators stop
-generating until the slowest has everything. This chapter does it the other
-way round:
+The trainer *publishes*: it claims a free staging slot, copies its weights into
+it in the background, and the WeightStore records "v6 is in slot A". A
+generator *pulls* when it is ready: a lease on the latest version, a copy into
+its own weights, the lease back. Nobody joins a collective; nobody waits.
 
-    trainer process                                     generator processes
-    +-------------------------------+                   +--------------------+
-    | weights --stage--> slot A (v6)| <--- pull bytes -- | weights (v6)       |
-    |          (background) slot B  |                   +--------------------+
-    +-------------------------------+
-              | claim / commit                 acquire / release
-              v                                        |
-    +-----------------------------------------------+  |
-    | WeightStore (control plane): latest = v6 in A |<-+
-    |  slot A: 1 lease     slot B: free             |
-    +-----------------------------------------------+
+    trainer: weights --stage--> slot A (v6) <-- pull -- generator (lease on A)
+                                slot B      <-- the next version goes here
+    WeightStore (control plane): latest v6 in A; A has 1 lease; B free
 
-  - The trainer *publishes*: it claims a free slot, copies ("stages") its
-    weights into it in the background, and the store records "v6 is in slot A".
-    Its only wait is one short message. If no slot is free it skips that
-    version and trains on: "latest wins".
-  - A generator *pulls* when it is ready: it takes a lease on the latest
-    version, copies the bytes into its own weights, and gives the lease back.
-  - The double-buffer rule keeps the two apart: the trainer never writes into
-    the slot that holds the latest version, nor one being written, nor one a
-    reader holds a lease on. So a reader never sees a half-written version
-    and the trainer never waits for a reader.
-  - A reader that dies would hold its lease forever, so a lease expires after
-    `lease_timeout_s`. A reader whose lease expired learns it when it gives the
-    lease back, and must not trust what it loaded.
+The double-buffer rule: the trainer writes only a slot that holds neither the
+latest version, nor one being written, nor one under a lease; with none free
+it skips that version ("latest wins"). A lease expires after lease_timeout_s
+(its reader may be dead); a reader whose lease expired learns it from
+`release` and must not keep what it loaded.
 
 Your TODOs:
   1. WeightStore.claim             the double-buffer rule: a slot the trainer may write, or None
   2. WeightPublisher.publish       claim a slot, stage in the background, or skip; never wait for readers
   3. SnapshotReader.pull_and_load  load the newest version under a lease; never keep a torn load
 
-Given, safe to skip: ch07_transports.py (byte layout, staging, shm / CUDA IPC / RDMA),
-ch07_plumbing.py (the demo, the benchmark, test actors).
-Check:     pytest tests/test_ch07_weight_sync.py     (or: koans check 7)
-Run demo:  python -m solutions.ch07_weight_sync      (benchmark: add --bench)
-Read:      docs/07_weight_sync.md
+Given, safe to skip: ch07_transports.py (layout, staging, shm / CUDA IPC / RDMA), ch07_plumbing.py.
+Check: koans check 7    Demo: python -m solutions.ch07_weight_sync (--bench)    Read: docs/07_weight_sync.md
 """
 
 from __future__ import annotations
@@ -92,8 +72,8 @@ class WeightStore(Actor):
     @endpoint
     def claim(self) -> int | None:
         """A slot the trainer may stage the next version into, now marked as being written; None if none."""
-        # A slot is needed while it holds the latest version, while it is being written, and while a
-        # lease is on it. A lease older than self.lease_timeout_s is lost (its reader may be dead): drop
+        # Slots are numbered 0 .. len(self.offers) - 1. A slot is needed while it holds the latest
+        # version, while it is being written, and while a lease is on it. A lease older than self.lease_timeout_s is lost (its reader may be dead): drop
         # it from self.leases and count it in counts["expired_leases"], so it blocks nothing. Add the
         # slot you answer to self.writing; count counts["skipped_claims"] when you answer None.
         raise NotImplementedError("TODO(ch07): the double-buffer rule: answer a slot nobody needs, or None (the trainer then skips)")
@@ -150,7 +130,7 @@ class WeightPublisher:
     """
 
     def __init__(self, state_dict: Mapping[str, torch.Tensor], store: WeightStore, *, num_slots: int = 2,
-                 staging: str = "auto", rdma_chunk_bytes: int = 64 * 2**20, timeout: float = TIMEOUT):
+                 staging: str = "auto", rdma_chunk_bytes: int = 16 * 2**20, timeout: float = TIMEOUT):
         if num_slots < 2:
             raise ValueError(f"num_slots={num_slots}: double buffering needs at least 2 slots")
         self.store, self.timeout = store, timeout

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from koans.demo import demo_options
 import torch
 from monarch.actor import Actor, current_rank, endpoint, this_host
 from torch.distributed.tensor import Replicate, Shard
@@ -151,6 +152,7 @@ def reshard(shape, seed, src_holders, src_mesh, src_layout, dst_holders, dst_mes
 
 
 def main() -> None:
+    demo_options(f"{__package__}.ch08_dtensor_reshard", "Chapter 08's demo: overlap plans, and a real DTensor moved.")
     print("Chapter 08: resharding by overlap\n")
     shape, src_mesh, dst_mesh = (8, 16), (2,), (4,)
     plan = _chapter().plan_transfer(shape, src_mesh, [Shard(0)], dst_mesh, [Shard(1)])

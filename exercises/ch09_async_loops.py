@@ -1,29 +1,17 @@
 """Chapter 09: async RL is two loops and a buffer.
 
-Synchronous RL takes turns: generate a batch with the current policy, train
-on it, sync the weights, repeat. Whoever is not working waits. Asynchronous
-RL runs two loops at once, joined only by a buffer:
+    continuous_rollouts:  generate -> queue -> score -> buffer.put   (one loop per generator)
+    continuous_training:  buffer.sample -> train -> publish weights
 
-    continuous_rollouts:  generate -> queue -> score -> buffer.put   (repeat, one loop per generator)
-    continuous_training:  buffer.sample -> train -> publish weights  (repeat)
+Both loops run at once; the buffer is their only meeting point. The price: a
+sample may come from an older policy than the one trained. A group made by
+version v and trained at version u has policy lag u - v, and the buffer bounds
+it: never hand out a group more than `max_lag` versions old; drop, and count,
+what turns too stale. A waiting `sample` must not keep out the `put` that wakes
+it, so it is a @concurrent_endpoint.
 
-    generator  |==gen==|==gen==|==gen==|==gen==|==gen==|   picks up new weights
-    learner            |==train==|==train==|==train==|     between rollouts
-
-The price: a sample may come from an older policy than the one being trained.
-A group made by version v and trained on at version u has *policy lag* u - v.
-The buffer bounds it: it never hands out a group more than `max_lag` versions
-older than the learner, and drops those it can no longer use, and counts them.
-That bound is the dial between on-policy (max_lag=0) and throughput.
-
-Async endpoints of one actor run one at a time, so a `sample` that waits for
-data would keep out the `put` that brings it. `sample` is therefore a
-@concurrent_endpoint: put runs while it waits.
-
-The task is small on purpose: a contextual bandit. A state is a random
-vector; the policy picks one of 4 actions; the scorer rewards the action a
-hidden linear rule prefers. The learner's update is plain REINFORCE with the
-group's mean reward as the baseline (chapter 10 brings GRPO).
+The task is a small contextual bandit; the learner's update is REINFORCE with
+the group's mean reward as baseline (chapter 10 brings GRPO).
 
 Your TODOs:
   1. ReplayBuffer.put         store a scored group, or refuse it if it is already too stale
@@ -31,11 +19,8 @@ Your TODOs:
   3. continuous_training      sample, train (which publishes), and stop everything when done
 The other loop, continuous_rollouts, is given: read it first, it is the pattern.
 
-Given, safe to skip: ch09_plumbing.py (the generator, scorer and learner actors; starting a run;
-the demo). Their endpoints are listed where your loops call them.
-Check:     pytest tests/test_ch09_async_loops.py     (or: koans check 9)
-Run demo:  python -m solutions.ch09_async_loops
-Read:      docs/09_async_loops.md
+Given, safe to skip: ch09_plumbing.py (the generator, scorer and learner actors; the demo).
+Check: koans check 9    Demo: python -m solutions.ch09_async_loops    Read: docs/09_async_loops.md
 """
 
 from __future__ import annotations

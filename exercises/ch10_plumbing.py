@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import random
 import time
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 import torch
 from koans.report import ascii_curve, histogram
 from koans.timeline import Recorder, busy_fraction, merge, write_chrome_trace
+from koans.viz import DEFAULT_COMPARE as COMPARE
 from koans.viz import DEFAULT_TRACE as LAST_TRACE
 from monarch.actor import Actor, endpoint, this_host
 
@@ -342,6 +344,11 @@ def main() -> None:
                                  args.kill_at)
     if args.compare:
         s, a = figures["sync"], figures["async"]
+        from koans.bench_weight_sync import _hardware
+
+        machine = _hardware()
+        COMPARE.write_text(json.dumps({"sync": s["samples_per_s"], "async": a["samples_per_s"],
+                                       "machine": f"{machine['cpu']}, {machine['cores']} cores, GPU {machine['gpu']}"}))
         print(f"\nasync vs sync: {a['samples_per_s']:.1f} vs {s['samples_per_s']:.1f} samples/s = "
               f"{a['samples_per_s'] / s['samples_per_s']:.2f}x")
         for mode in modes:

@@ -1,15 +1,21 @@
 """The `koans` command: a thin layer over pytest for working through the chapters.
 
-    koans               check chapters in order; stop at the first failure and explain it
-    koans list          progress per chapter, with a progress bar
-    koans check N       run chapter N's tests against your exercises
-    koans hint N        the next of chapter N's hints (one more each time you ask)
-    koans watch         re-check the current chapter whenever an exercise file changes
-    koans reset N       put chapter N's stub back (asks first; --yes to skip asking)
-    koans grade         score every chapter (Gradescope results.json)
-    koans viz           an HTML page of chapter 10's timeline, with a sync-to-async slider
-    koans verify        (maintainers) every chapter gates its TODOs
+    koans                  walk the workshop track in order; stop at the first chapter not done,
+                           show its first failing test and a hint (passed chapters are not re-run)
+    koans list             both tracks, each chapter's last recorded result (instant); --refresh re-runs all
+    koans check N          run chapter N's tests, stopping at the first failure
+                           (-v: each test as it finishes, and the failure's whole traceback;
+                            koans check N -- ARGS: pass ARGS to pytest)
+    koans hint N           the next hint for the TODO chapter N is stuck on (one more each time you ask)
+    koans watch            re-check whenever an exercise file changes; on a pass, go on to the next chapter
+    koans reset N          put chapter N's stub back (asks first; --yes to skip asking; --undo brings yours back)
+    koans grade            score every chapter (Gradescope results.json)
+    koans autograder       build the Gradescope autograder zip (setup.sh, run_autograder, this project)
+    koans viz              an HTML page of chapter 10's timeline, with a sync-to-async slider
+    koans verify           (maintainers) every chapter gates its TODOs; --mutants: and fails every wrong answer
+    koans bench --gpu      (maintainers) every GPU test and benchmark, into one JSON (--out gpu.json)
 
+Results are kept in .koans/state.json. $KOANS_CHAPTERS=1,2 restricts the runner to those chapters.
 Plain pytest works too: `pytest tests/test_ch01_hello_actor.py`.
 """
 
@@ -18,18 +24,40 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
+import re
 import shutil
+import signal
 import sys
+import threading
 import textwrap
 import time
 from pathlib import Path
 
-from koans.manifest import PROJECT_ROOT, Chapter, find_chapter, selected_chapters
-from koans.runner import ChapterRun, run_chapter
+from koans.manifest import (
+    CHAPTERS, PROJECT_ROOT, Chapter, electives, find_chapter, fingerprint_files, selected_chapters, todos_of, workshop,
+)
+from koans.runner import CHAPTER_TIME_LIMIT_S, ChapterRun, run_chapter
+
+WIDTH = 96
+LIKELY_HANG_CAUSE = "a missing `await`/`.get()`, or an endpoint that never returns"  # as koans.harness says it
+
+# ---------------------------------------------------------------- state: .koans/state.json
+#
+#   {"results":     {"ch01": {"fingerprint", "status", "passed", "total", "first_failure", ...}},
+#    "hints_shown": {"ch01": {"Greeter.greet": 2}},
+#    "resets":      {"ch01": {"backup": ".koans/backups/20250101-120000/ch01_hello_actor.py", "at": ...}}}
 
 
 def _root() -> Path:
     return PROJECT_ROOT
+
+
+def _rel(path: Path) -> str:
+    try:
+        return str(path.relative_to(_root()))
+    except ValueError:
+        return str(path)
 
 
 def _state_file() -> Path:
@@ -38,185 +66,480 @@ def _state_file() -> Path:
 
 def _load_state() -> dict:
     try:
-        return json.loads(_state_file().read_text())
+        state = json.loads(_state_file().read_text())
     except (OSError, ValueError):
         return {}
+    return state if isinstance(state, dict) else {}
 
 
 def _save_state(state: dict) -> None:
     _state_file().parent.mkdir(parents=True, exist_ok=True)
-    _state_file().write_text(json.dumps(state, indent=2))
+    temporary = _state_file().with_suffix(".tmp")
+    temporary.write_text(json.dumps(state, indent=2))
+    temporary.replace(_state_file())
 
 
 def _fingerprint(chapter: Chapter) -> str:
-    """Changes whenever anything the chapter's result depends on changes (later chapters import earlier ones)."""
+    """Changes whenever a file the chapter's result depends on changes (koans.manifest.fingerprint_files)."""
     digest = hashlib.sha256()
-    for path in sorted((_root() / "exercises").glob("*.py")) + [chapter.test_file, _root() / "conftest.py"]:
-        if path.is_file():
-            digest.update(path.name.encode() + path.read_bytes())
+    for path in fingerprint_files(chapter):
+        digest.update(_rel(path).encode() + b"\0")
+        digest.update(path.read_bytes() if path.is_file() else b"<missing>")
+        digest.update(b"\0")
     return digest.hexdigest()
 
 
-def _run(chapter: Chapter, use_cache: bool = False, extra_args: tuple[str, ...] = ()) -> ChapterRun:
-    """Run a chapter against exercises/. With use_cache, a chapter that passed and has not changed is not rerun."""
-    state = _load_state()
-    key = _fingerprint(chapter)
-    cached = state.get("passed", {}).get(chapter.tag)
-    if use_cache and cached and cached["fingerprint"] == key:
-        return ChapterRun(chapter, "exercises", 0, cached["tests"])
-    run = run_chapter(chapter, "exercises", extra_args=extra_args)
-    if run.passed:
-        state.setdefault("passed", {})[chapter.tag] = {"fingerprint": key, "tests": run.tests}
-    else:
-        state.setdefault("passed", {}).pop(chapter.tag, None)
-    _save_state(state)
-    return run
+def _recorded(chapter: Chapter, state: dict | None = None) -> tuple[dict | None, bool]:
+    """The chapter's last recorded result, and whether its files are unchanged since."""
+    entry = (state if state is not None else _load_state()).get("results", {}).get(chapter.tag)
+    if not isinstance(entry, dict):
+        return None, False
+    return entry, entry.get("fingerprint") == _fingerprint(chapter)
 
 
-def _plain_assertion(message: str) -> str:
-    """The `E ...` lines of a pytest failure: the assertion and its explanation, without the traceback."""
-    lines = [line[1:].strip() for line in message.splitlines() if line.startswith("E ")]
-    return "\n".join(lines[:8])
+def _status_of(run: ChapterRun) -> str:
+    if run.syntax_error:
+        return "syntax error"
+    if run.timed_out:
+        return "timed out"
+    return "done" if run.passed else "pending"
 
 
-def _show_failure(run: ChapterRun, hint: str | None) -> None:
+def _record(chapter: Chapter, run: ChapterRun, fingerprint: str) -> None:
     failure = run.first_failure
+    entry = {
+        "fingerprint": fingerprint, "status": _status_of(run), "passed": run.count("passed"),
+        "skipped": run.count("skipped"), "total": run.total, "stopped_early": run.stopped_early,
+        "first_failure": {"name": failure["name"], "todos": failure.get("todos", [])} if failure else None,
+        "syntax_error": run.syntax_error, "at": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+    if run.timed_out and run.running:
+        entry["first_failure"] = {"name": run.running.get("name"), "todos": run.running.get("todos", [])}
+    state = _load_state()
+    state.setdefault("results", {})[chapter.tag] = entry
+    _save_state(state)
+
+
+# ---------------------------------------------------------------- syntax errors, before pytest
+
+
+def _function_extent(lines: list[str], key: str) -> tuple[int, int] | None:
+    """1-based (first, last) lines of the function of a TODO key in text that may not parse."""
+    parts = key.split("#")[0].split(".")
+    start = 0
+    if len(parts) > 1:  # Class.method: look for the method after its class
+        found = next((n for n, text in enumerate(lines) if re.match(rf"\s*class {re.escape(parts[-2])}\b", text)), None)
+        if found is None:
+            return None
+        start = found
+    pattern = re.compile(rf"(\s*)(async\s+)?def {re.escape(parts[-1])}\b")
+    for index in range(start, len(lines)):
+        match = pattern.match(lines[index])
+        if not match:
+            continue
+        indent, last = len(match.group(1)), index
+        for later in range(index + 1, len(lines)):
+            text = lines[later]
+            if not text.strip() or text.lstrip().startswith("#"):
+                continue
+            if len(text) - len(text.lstrip()) <= indent:
+                break
+            last = later
+        return index + 1, last + 1
+    return None
+
+
+def todo_at_line(chapter: Chapter, path: Path, lineno: int) -> str | None:
+    """The TODO whose region holds this line of the chapter's exercise: the stub (its guidance
+    and its `raise`) while it is there, else the function the learner is writing it in."""
+    if path.name != chapter.source_file("exercises").name or not path.is_file():
+        return None
+    lines = path.read_text(errors="replace").splitlines()
+    todos = todos_of(chapter)
+    for todo in todos:
+        stub = f'raise NotImplementedError("{todo.message}")'
+        at = next((n for n, text in enumerate(lines, 1) if stub in text), None)
+        if at is not None and at - len(todo.guidance) <= lineno <= at:
+            return todo.key
+    for todo in todos:
+        extent = _function_extent(lines, todo.key)
+        if extent and extent[0] <= lineno <= extent[1]:
+            return todo.key
+    return None
+
+
+def syntax_problem(chapter: Chapter) -> str | None:
+    """One line for the first exercise file (the chapter's, or of a chapter it builds on) that
+    does not compile: `exercises/chNN_x.py:LINE: <message>  (in TODO <key>)`."""
+    owners = [chapter] + [find_chapter(n) for n in chapter.builds_on]
+    for owner in owners:
+        for path in [owner.source_file("exercises"), *owner.given_files("exercises")]:
+            if not path.is_file():
+                continue
+            try:
+                compile(path.read_bytes(), str(path), "exec", dont_inherit=True)
+            except SyntaxError as err:
+                lineno = err.lineno or 1
+                key = todo_at_line(owner, path, lineno)
+                where = f"in TODO {key}" if key else "not in a TODO: code you were given"
+                return f"{_rel(path)}:{lineno}: {err.msg}  ({where})"
+            except ValueError as err:  # null bytes and the like
+                return f"{_rel(path)}:1: {err}"
+    return None
+
+
+# ---------------------------------------------------------------- running a chapter
+
+
+def _stubbed(chapter: Chapter) -> list[str]:
+    """Keys of the chapter's TODOs whose stub is still in the exercise file."""
+    path = chapter.source_file("exercises")
+    text = path.read_text(errors="replace") if path.is_file() else ""
+    return [todo.key for todo in todos_of(chapter) if f'NotImplementedError("{todo.message}")' in text]
+
+
+def _default_todo(chapter: Chapter) -> str | None:
+    stubbed = _stubbed(chapter)
+    keys = [todo.key for todo in todos_of(chapter)]
+    return stubbed[0] if stubbed else (keys[0] if keys else None)
+
+
+def failing_todo(chapter: Chapter, failure: dict | None) -> str | None:
+    """The TODO behind a failure: the one its test is marked with; of several, the first (in the
+    chapter's order) still stubbed, else the first; for an unmarked test, the first stub left."""
+    order = [todo.key for todo in todos_of(chapter)]
+    marked = [key for key in order if key in ((failure or {}).get("todos") or [])]
+    if not marked:
+        return _default_todo(chapter)
+    stubbed = set(_stubbed(chapter))
+    return next((key for key in marked if key in stubbed), marked[0])
+
+
+class _Live:
+    """Prints what a running chapter reports while it runs: a hang notice (once), and with
+    verbose each test as it finishes."""
+
+    def __init__(self, verbose: bool):
+        self.verbose = verbose
+        self.hang_shown = False
+
+    def __call__(self, event: dict) -> None:
+        kind = event.get("event")
+        if kind == "hang" and not self.hang_shown:
+            self.hang_shown = True
+            print(textwrap.indent(event["text"], "  "), flush=True)
+        elif kind == "done" and self.verbose:
+            print(f"    {event['outcome']:<8} {event['name']}  ({event.get('duration_s', 0):.1f} s)", flush=True)
+
+
+_UNCHECKED = object()
+
+
+def _run(chapter: Chapter, *, first_failure_only: bool = True, extra_args: tuple[str, ...] = (),
+         verbose: bool = False, syntax=_UNCHECKED) -> tuple[ChapterRun, _Live]:
+    """Run a chapter against exercises/ and record the result (unless pytest got extra arguments,
+    which may leave tests out). A file that does not compile is reported without running pytest."""
+    fingerprint = _fingerprint(chapter)
+    live = _Live(verbose)
+    problem = syntax_problem(chapter) if syntax is _UNCHECKED else syntax
+    if problem:
+        run = ChapterRun(chapter, "exercises", returncode=2, syntax_error=problem)
+    else:
+        detail = ("--koans-tracebacks", "--tb=short") if verbose else ()  # the traceback too, each frame short
+        run = run_chapter(chapter, "exercises", extra_args=detail + extra_args, first_failure_only=first_failure_only,
+                          on_event=live)
+    if not extra_args:
+        _record(chapter, run, fingerprint)
+    return run, live
+
+
+# ---------------------------------------------------------------- reporting a run
+
+
+def _fill(text: str, first: str, rest: str) -> str:
+    return textwrap.fill(" ".join(text.split()), width=WIDTH, initial_indent=first, subsequent_indent=rest)
+
+
+def _counts(run: ChapterRun) -> str:
+    skipped = run.count("skipped")
+    text = f"{run.count('passed')}/{run.total} tests pass"
+    if skipped:
+        text += f", {skipped} skipped (they need a GPU)"
+    if run.stopped_early:
+        text += f"; stopped at the first failure ({run.total - len(run.tests)} not run)"
+    return text
+
+
+def _show_summary(summary: dict) -> None:
+    for frame in summary.get("frames", []):
+        todo = f", TODO {frame['todo']}" if frame.get("todo") else ""
+        remote = ", in the actor" if frame.get("remote") else ""
+        print(f"    {frame['file']}:{frame['line']}  (in {frame['function']}{todo}{remote})")
+        if frame.get("source"):
+            print(f"        {frame['source']}")
+    if summary.get("error"):
+        print(textwrap.indent(summary["error"], "    "))
+
+
+def _show_failure(chapter: Chapter, run: ChapterRun, live: _Live, verbose: bool) -> None:
+    failure = run.first_failure
+    if run.timed_out:
+        running = f"; {run.running['name']} was running" if run.running else ""
+        print(f"  The tests did not finish within the chapter's time limit ({run.time_limit_s:g} s){running}.")
+        if not live.hang_shown:
+            print(f"  Something waits forever: {LIKELY_HANG_CAUSE}.")
     if failure is None:
-        if run.timed_out:
-            print("  The tests did not finish within the chapter's time limit: a stub may be blocking or waiting forever.")
-        elif not run.tests:
-            print("  No test ran. pytest said:\n" + textwrap.indent(run.output[-2000:], "    "))
+        if not run.timed_out and not run.tests:
+            print("  No test ran. pytest said:\n" + textwrap.indent(run.output[-3000:], "    "))
+        elif not run.timed_out:
+            print("  Every test that ran passed, but pytest failed the session. It said:\n"
+                  + textwrap.indent(run.output[-3000:], "    "))
         return
     print(f"  First failure: {failure['name']}")
-    note = failure["note"].strip()
-    if note.startswith("Not written yet") or not failure["message"]:
-        print(textwrap.indent(note[-2500:], "    "))
-    else:
-        assertion = _plain_assertion(failure["message"])
-        print(textwrap.indent(assertion or failure["message"].strip()[-1500:], "    "))
+    note, message = failure.get("note", "").strip(), failure.get("message", "").strip()
+    if verbose and message:
+        print(textwrap.indent(message, "    "))
+        if note and note != message:
+            print(textwrap.indent(note, "    "))
+    elif note and (note == message or note.startswith("Not written yet") or not message):
+        print(textwrap.indent(note, "    "))  # the note already is the whole story (it replaced the traceback)
+    elif failure.get("summary"):
+        _show_summary(failure["summary"])
         if note:
-            print(textwrap.indent(note[-1500:], "    "))
-    if hint:
-        print(textwrap.fill(hint, width=88, initial_indent="  Hint: ", subsequent_indent="        "))
+            print(textwrap.indent(note, "    "))
+    else:
+        print(textwrap.indent(message, "    "))
+        if note:
+            print(textwrap.indent(note, "    "))
 
 
-def _hint_for(chapter: Chapter, failure: dict | None) -> str | None:
-    """The hint about the failing test's TODO (one that names its function, as `name(`), else the first."""
-    names = [key.rsplit(".", 1)[-1] + "(" for key in (failure or {}).get("todos", [])]
-    for name in names:
-        for hint in chapter.hints:
-            if name in hint:
-                return hint
-    return chapter.hints[0] if chapter.hints else None
+def _show_hint(chapter: Chapter, failure: dict | None) -> None:
+    key = failing_todo(chapter, failure)
+    hints = chapter.hints_for(key) if key else ()
+    if hints:
+        print(_fill(hints[0], f"  Hint for {key} (1 of {len(hints)}): ", "    "))
 
 
-def cmd_check(chapter: Chapter, use_cache: bool = False, run: ChapterRun | None = None) -> int:
-    source = chapter.source_file("exercises").relative_to(_root())
-    print(f"Chapter {chapter.number:02d}: {chapter.title}   ({source})")
-    if chapter.gpu_missing():
-        print("  skipped: this chapter needs a CUDA GPU and none is visible here")
-        return 0
-    run = run or _run(chapter, use_cache)
-    total = len(run.tests)
-    skipped = run.count("skipped")
-    print(f"  {run.count('passed')}/{total} tests pass" + (f", {skipped} skipped (they need a GPU)" if skipped else ""))
+def _header(chapter: Chapter) -> None:
+    print(f"Chapter {chapter.number:02d}: {chapter.title}   ({_rel(chapter.source_file('exercises'))})", flush=True)
+
+
+def show_run(chapter: Chapter, run: ChapterRun, live: _Live, verbose: bool = False) -> int:
+    """Print a chapter's result (its header is printed before it runs); 0 if it passed."""
+    if run.syntax_error:
+        print(run.syntax_error)
+        return 1
+    print(f"  {_counts(run)}")
     if run.passed:
         print(f"  Chapter {chapter.number:02d} is done. Read docs/{chapter.doc_file.name} for the why.")
         return 0
-    _show_failure(run, _hint_for(chapter, run.first_failure))
-    print(f"\n  More help: koans hint {chapter.number}    Full pytest output: pytest {chapter.test_file.relative_to(_root())}")
+    _show_failure(chapter, run, live, verbose)
+    if not run.tests and not run.timed_out:
+        return 1  # pytest's own words say it all (no test selected, a collection error)
+    _show_hint(chapter, run.first_failure or (run.running if run.timed_out else None))
+    test_file = _rel(chapter.test_file)
+    print(f"\n  More hints: koans hint {chapter.number}    Every detail: koans check {chapter.number} -v"
+          f"    Plain pytest: pytest {test_file}")
     return 1
 
 
-def cmd_next() -> int:
-    """Check chapters in order: say so for each one done, stop at the first that is not."""
-    for chapter in selected_chapters():
+def cmd_check(chapter: Chapter, verbose: bool = False, extra_args: tuple[str, ...] = ()) -> int:
+    if chapter.gpu_missing():
+        print(f"Chapter {chapter.number:02d}: skipped: this chapter needs a CUDA GPU and none is visible here")
+        return 0
+    problem = syntax_problem(chapter)
+    if problem is None:
+        _header(chapter)
+    run, live = _run(chapter, extra_args=extra_args, verbose=verbose, syntax=problem)
+    return show_run(chapter, run, live, verbose)
+
+
+# ---------------------------------------------------------------- the track
+
+
+def _track() -> tuple[tuple[Chapter, ...], bool]:
+    """The chapters `koans` walks: those of $KOANS_CHAPTERS in its order, else the workshop track."""
+    if os.environ.get("KOANS_CHAPTERS", "").strip():
+        return selected_chapters(), True
+    return workshop(), False
+
+
+def _short(chapter: Chapter) -> str:
+    return chapter.title.split(":")[0]
+
+
+def _is_done(chapter: Chapter, state: dict | None = None) -> bool:
+    entry, fresh = _recorded(chapter, state)
+    return bool(entry) and fresh and entry.get("status") == "done"
+
+
+def _elective_after(chapter: Chapter) -> None:
+    for elective in electives():
+        if elective.fits_after == chapter.number and not _is_done(elective):
+            print(f"  Elective: chapter {elective.number:02d}, {_short(elective)} (~{elective.minutes} min), "
+                  f"fits here: koans check {elective.number}")
+
+
+def walk(quiet_when_unchanged: bool = False) -> int:
+    """Check the track in order: a chapter that passed and has not changed since is not re-run.
+    Stop at the first chapter not done and explain its first failure. 0 when all are done."""
+    chapters, explicit = _track()
+    for chapter in chapters:
         if chapter.gpu_missing():
             print(f"Chapter {chapter.number:02d}: skipped (needs a CUDA GPU; none is visible here)")
             continue
-        run = _run(chapter, use_cache=True)
+        entry, fresh = _recorded(chapter)
+        if entry and fresh and entry.get("status") == "done":
+            if not quiet_when_unchanged:
+                print(f"Chapter {chapter.number:02d}: {chapter.title}: done "
+                      f"({entry.get('passed')}/{entry.get('total')}; unchanged since it passed)")
+                _elective_after(chapter)
+            continue
+        problem = syntax_problem(chapter)
+        if problem is None:
+            _header(chapter)
+        run, live = _run(chapter, syntax=problem)
         if run.passed:
-            print(f"Chapter {chapter.number:02d}: {chapter.title}: done ({run.count('passed')}/{len(run.tests)})")
+            print(f"  {_counts(run)}: done.", flush=True)
+            _elective_after(chapter)
             continue
+        return show_run(chapter, run, live)
+    if explicit:
+        print("\nEvery chapter you chose ($KOANS_CHAPTERS) passes. Well done.")
+        return 0
+    print("\nThe workshop track is done: every chapter passes. Well done.")
+    todo = [e for e in electives() if not _is_done(e)]
+    if todo:
+        print("Electives, when you want more:")
+        for elective in todo:
+            print(f"  chapter {elective.number:02d}, {_short(elective)} (~{elective.minutes} min): "
+                  f"koans check {elective.number}")
+    return 0
+
+
+# ---------------------------------------------------------------- list
+
+
+def _table(rows: list[tuple[str, ...]], header: tuple[str, ...], right: set[int]) -> list[str]:
+    """Columns as wide as their widest cell, two spaces apart, so they never run together."""
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    lines = []
+    for row in [header, *rows]:
+        cells = [cell.rjust(widths[i]) if i in right else cell.ljust(widths[i]) for i, cell in enumerate(row)]
+        lines.append("  ".join(cells).rstrip())
+    return lines
+
+
+def _list_row(chapter: Chapter, state: dict) -> tuple[str, ...]:
+    entry, fresh = _recorded(chapter, state)
+    if entry is None:
+        status, tests = "not run", "-"
+    else:
+        status = entry.get("status", "pending") + ("" if fresh else " (stale)")
+        tests = f"{entry.get('passed', 0)}/{entry.get('total', 0)}"
+    return (f"{chapter.number:02d}", chapter.title, str(chapter.minutes), status, tests)
+
+
+def cmd_list(refresh: bool = False) -> int:
+    """Both tracks, from the recorded results (nothing runs, unless refresh)."""
+    chosen = set(selected_chapters())
+    if refresh:
+        for chapter in [c for c in CHAPTERS if c in chosen]:
+            if chapter.gpu_missing():
+                continue
+            print(f"running chapter {chapter.number:02d} ...", flush=True)
+            _run(chapter, first_failure_only=False)
         print()
-        return cmd_check(chapter, run=run)
-    print("\nEvery chapter passes. Well done.")
-    return 0
-
-
-def _bar(done: int, total: int, width: int = 30) -> str:
-    filled = round(width * done / total) if total else 0
-    return f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total}"
-
-
-def cmd_list() -> int:
-    print(f"{'ch':<4}{'title':<44}{'status':<10}tests")
-    done = 0
-    for chapter in selected_chapters():
-        if chapter.gpu_missing():
-            print(f"{chapter.number:02d}  {chapter.title:<44}{'skipped':<10}needs a CUDA GPU", flush=True)
+    state = _load_state()
+    header = ("#", "chapter", "min", "status", "tests")
+    for name, track in (("Workshop track", workshop()), ("Electives", electives())):
+        chapters = [c for c in track if c in chosen]
+        if not chapters:
             continue
-        run = _run(chapter, use_cache=True)
-        done += run.passed
-        status = "timed out" if run.timed_out else ("done" if run.passed else "pending")
-        print(f"{chapter.number:02d}  {chapter.title:<44}{status:<10}{run.count('passed')}/{len(run.tests)}", flush=True)
-    print(f"\n{_bar(done, len(selected_chapters()))} chapters done")
+        rows = [_list_row(c, state) for c in chapters]
+        done = sum(1 for c in chapters if _is_done(c, state))
+        print(f"{name}: {done} of {len(chapters)} done, ~{sum(c.minutes for c in chapters)} min in all")
+        for line in _table(rows, header, right={2, 4}):
+            print("  " + line)
+        print()
+    stale = [c for c in CHAPTERS if c in chosen and _recorded(c, state)[0] and not _recorded(c, state)[1]]
+    print("Results as last recorded by koans / koans check / koans watch"
+          + ("; stale: files changed since." if stale else ".") + " Re-run them all: koans list --refresh")
     return 0
+
+
+# ---------------------------------------------------------------- hint
 
 
 def cmd_hint(chapter: Chapter) -> int:
-    """Show one more hint than last time (all of them once they have all been shown)."""
+    """One more hint for the TODO the chapter is stuck on (its recorded first failure's TODO;
+    else the first TODO still stubbed; else its first TODO)."""
     state = _load_state()
-    shown = state.setdefault("hints_shown", {}).get(chapter.tag, 0)
-    upto = min(shown + 1, len(chapter.hints))
-    state["hints_shown"][chapter.tag] = upto
+    entry, _ = _recorded(chapter, state)
+    failure = (entry or {}).get("first_failure")
+    key = failing_todo(chapter, failure) if failure else _default_todo(chapter)
+    hints = chapter.hints_for(key) if key else ()
+    if not hints:
+        print(f"Chapter {chapter.number:02d} has no hints. The concepts: docs/{chapter.doc_file.name}")
+        return 0
+    shown = state.setdefault("hints_shown", {})
+    if not isinstance(shown.get(chapter.tag), dict):
+        shown[chapter.tag] = {}
+    upto = min(shown[chapter.tag].get(key, 0) + 1, len(hints))
+    shown[chapter.tag][key] = upto
     _save_state(state)
-    print(f"Chapter {chapter.number:02d}: {chapter.title}  (hint {upto} of {len(chapter.hints)})")
-    for number, hint in enumerate(chapter.hints[:upto], start=1):
-        print(textwrap.fill(hint, width=88, initial_indent=f"  {number}. ", subsequent_indent="     "))
-    if upto < len(chapter.hints):
+    why = f" (the TODO of {failure['name']}, its first failure)" if failure else ""
+    print(f"Chapter {chapter.number:02d}: hint {upto} of {len(hints)} for {key}{why}")
+    for number, hint in enumerate(hints[:upto], start=1):
+        print(_fill(hint, f"  {number}. ", "     "))
+    if upto < len(hints):
         print(f"  Ask again for the next one: koans hint {chapter.number}")
-    print(f"  The concepts: docs/{chapter.doc_file.name}")
+    else:
+        print(f"  That was the last hint for {key}. The concepts: docs/{chapter.doc_file.name}")
     return 0
 
 
-def _current_chapter() -> tuple[Chapter, ChapterRun | None]:
-    """The first chapter not done yet, with its run (None when every chapter is done)."""
-    for chapter in selected_chapters():
-        if chapter.gpu_missing():
+# ---------------------------------------------------------------- watch
+
+
+def _snapshot() -> dict[str, tuple[int, int]]:
+    found = {}
+    for path in sorted((_root() / "exercises").glob("*.py")):
+        try:
+            stat = path.stat()
+        except OSError:
             continue
-        run = _run(chapter, use_cache=True)
-        if not run.passed:
-            return chapter, run
-    return selected_chapters()[-1], None
-
-
-def _mtimes() -> dict[str, float]:
-    return {str(p): p.stat().st_mtime for p in sorted((_root() / "exercises").glob("*.py"))}
+        found[str(path)] = (stat.st_mtime_ns, stat.st_size)
+    return found
 
 
 def cmd_watch(interval: float, max_checks: int | None) -> int:
-    """Poll modification times (works on every filesystem, no inotify) and re-check on change."""
-    chapter, run = _current_chapter()
-    cmd_check(chapter, use_cache=True, run=run)
+    """Poll modification times (works on every filesystem, no inotify) and re-check on change.
+
+    The files are looked at BEFORE each check, so a save made while a check runs is seen next time.
+    """
+    seen = _snapshot()
+    walk()
     print(f"\nWatching exercises/ (every {interval:g} s). Save a file to re-check; Ctrl-C to stop.", flush=True)
-    seen, checks = _mtimes(), 1
+    checks = 1
     try:
         while max_checks is None or checks < max_checks:
             time.sleep(interval)
-            now = _mtimes()
+            now = _snapshot()
             if now == seen:
                 continue
-            changed = sorted(Path(p).name for p in now if now.get(p) != seen.get(p))
+            changed = sorted(Path(p).name for p in set(now) | set(seen) if now.get(p) != seen.get(p))
             seen = now
             print(f"\nChanged: {', '.join(changed)}. Checking again...", flush=True)
-            if cmd_check(chapter) == 0:
-                chapter, _ = _current_chapter()
-                print(f"\nNext up: chapter {chapter.number:02d}.", flush=True)
+            walk(quiet_when_unchanged=True)
             checks += 1
+            print("\nWatching exercises/ for your next save (Ctrl-C to stop).", flush=True)
     except KeyboardInterrupt:
         print("\nStopped watching.")
     return 0
+
+
+# ---------------------------------------------------------------- reset
 
 
 def cmd_reset(chapter: Chapter, yes: bool) -> int:
@@ -227,80 +550,159 @@ def cmd_reset(chapter: Chapter, yes: bool) -> int:
     target = chapter.source_file("exercises")
     stub = make_exercise(solution.read_text(), str(solution))
     if target.is_file() and target.read_text() == stub:
-        print(f"{target.relative_to(_root())} is already the pristine stub.")
+        print(f"{_rel(target)} is already the pristine stub.")
         return 0
     if not yes:
-        answer = input(f"Replace {target.relative_to(_root())} with the original stub? Your version is kept in "
-                       ".koans/backups. [y/N] ")
+        answer = input(f"Replace {_rel(target)} with the original stub? Your version is kept in "
+                       ".koans/backups (koans reset {chapter.number} --undo brings it back). [y/N] ")
         if answer.strip().lower() not in ("y", "yes"):
             print("Nothing changed.")
             return 1
-    backup = _root() / ".koans" / "backups" / time.strftime("%Y%m%d-%H%M%S") / target.name
-    if target.is_file():
-        backup.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(target, backup)
+    backup = _backup(target)
     target.write_text(stub)
     state = _load_state()
-    state.get("passed", {}).pop(chapter.tag, None)
     state.get("hints_shown", {}).pop(chapter.tag, None)
+    if backup:
+        state.setdefault("resets", {})[chapter.tag] = {"backup": _rel(backup), "at": time.strftime("%Y-%m-%d %H:%M:%S")}
     _save_state(state)
-    print(f"Chapter {chapter.number:02d} is back to its stub. Your version: {backup.relative_to(_root())}")
+    print(f"Chapter {chapter.number:02d} is back to its stub. Your version: {_rel(backup) if backup else '(none)'}"
+          f"\n  To bring it back: koans reset {chapter.number} --undo")
     return 0
 
 
+def _backup(target: Path) -> Path | None:
+    if not target.is_file():
+        return None
+    folder = _root() / ".koans" / "backups" / time.strftime("%Y%m%d-%H%M%S")
+    backup, n = folder / target.name, 1
+    while backup.exists():
+        n += 1
+        backup = folder.with_name(f"{folder.name}-{n}") / target.name
+    backup.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(target, backup)
+    return backup
+
+
+def cmd_undo_reset(chapter: Chapter) -> int:
+    """Bring back the version that the last `koans reset N` saved."""
+    state = _load_state()
+    record = state.get("resets", {}).get(chapter.tag)
+    record = {"backup": record, "at": None} if isinstance(record, str) else (record or {})
+    saved = record.get("backup")
+    backup = _root() / saved if saved else None
+    if backup is None or not backup.is_file():
+        print(f"koans: nothing to undo for chapter {chapter.number:02d}: no `koans reset {chapter.number}` "
+              "saved a version of it" + (f" (its backup {saved} is gone)" if saved else "") + ".", file=sys.stderr)
+        return 1
+    target = chapter.source_file("exercises")
+    from koans.stubgen import make_exercise
+
+    solution = chapter.source_file("solutions")
+    current_is_stub = target.is_file() and target.read_text() == make_exercise(solution.read_text(), str(solution))
+    kept = None if current_is_stub else _backup(target)
+    shutil.copy2(backup, target)
+    state["resets"].pop(chapter.tag, None)
+    _save_state(state)
+    when = f" (saved by koans reset {chapter.number} at {record['at']})" if record.get("at") else ""
+    print(f"Chapter {chapter.number:02d}: brought back your version from {saved}{when}.")
+    if kept:
+        print(f"  What was there (not the stub: you had edited it) is kept in {_rel(kept)}")
+    return 0
+
+
+# ---------------------------------------------------------------- main
+
+
+def _terminate(signum, frame) -> None:
+    raise SystemExit(128 + signum)  # unwinds, so a running chapter's pytest is stopped too
+
+
 def main(argv: list[str] | None = None) -> int:
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    passthrough: list[str] = []
+    if "--" in argv and (argv[:1] == ["check"]):
+        cut = argv.index("--")
+        argv, passthrough = argv[:cut], argv[cut + 1:]
     parser = argparse.ArgumentParser(prog="koans", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n")[1])
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="\n\n".join(__doc__.split("\n\n")[1:]))
     sub = parser.add_subparsers(dest="command")
-    sub.add_parser("list", help="progress per chapter")
-    for name, text in (("check", "run one chapter's tests"), ("hint", "show the next of a chapter's hints")):
-        sub.add_parser(name, help=text).add_argument("chapter", help="chapter number, e.g. 1")
-    watch = sub.add_parser("watch", help="re-check the current chapter when an exercise changes")
+    listing = sub.add_parser("list", help="both tracks, with each chapter's last result")
+    listing.add_argument("--refresh", action="store_true", help="run every chapter again first")
+    check = sub.add_parser("check", help="run one chapter's tests (koans check N -- ARGS passes ARGS to pytest)")
+    check.add_argument("chapter", help="chapter number, e.g. 1")
+    check.add_argument("-v", "--verbose", action="store_true",
+                       help="each test as it finishes; the failure's whole traceback (pytest --tb=short)")
+    sub.add_parser("hint", help="the next hint for the TODO a chapter is stuck on").add_argument("chapter")
+    watch = sub.add_parser("watch", help="re-check when an exercise changes")
     watch.add_argument("--interval", type=float, default=1.0, help="seconds between looks at the files")
     watch.add_argument("--max-checks", type=int, default=None, help=argparse.SUPPRESS)  # for tests
     reset = sub.add_parser("reset", help="restore a chapter's stub")
     reset.add_argument("chapter")
     reset.add_argument("--yes", action="store_true", help="do not ask")
+    reset.add_argument("--undo", action="store_true", help="bring back the version the last reset saved")
     grade = sub.add_parser("grade", help="score every chapter into a Gradescope results.json")
     grade.add_argument("--out", default="results.json")
-    grade.add_argument("--time-limit", type=float, default=None, help="seconds per chapter (default 600)")
+    grade.add_argument("--time-limit", type=float, default=None, help=f"seconds per chapter (default {CHAPTER_TIME_LIMIT_S:g})")
     grade.add_argument("--chapters", default="", help="only these, e.g. 1,2,3 (default: every chapter)")
+    autograder = sub.add_parser("autograder", help="build the Gradescope autograder zip")
+    autograder.add_argument("--out", default="autograder.zip")
+    autograder.add_argument("--wheels", default=None, help="a folder of wheels to put in the zip, for an offline setup.sh")
     viz = sub.add_parser("viz", help="draw chapter 10's timeline as an HTML page, with a max-lag slider")
     viz.add_argument("--trace", default=None, help="Chrome trace JSON from chapter 10 (default: its last run)")
     viz.add_argument("--out", default="viz.html")
     viz.add_argument("--max-lag", type=int, default=4, help="the slider's upper end")
-    sub.add_parser("verify", help="maintainers: every chapter gates its TODOs", add_help=False)
+    viz.add_argument("--sweep", default=None, metavar="JSON", help="draw chapter 11's sweep instead (its --json file)")
+    sub.add_parser("verify", help="maintainers: every chapter gates its TODOs (--mutants: and every wrong answer)",
+                   add_help=False)
+    sub.add_parser("bench", help="koans bench --gpu: every GPU test and benchmark, into one JSON", add_help=False)
     args, rest = parser.parse_known_args(argv)
     try:
         if args.command == "verify":
             from koans.verify import main as verify_main
 
             return verify_main(rest)
+        if args.command == "bench":
+            from koans.bench_gpu import main as bench_main
+
+            return bench_main(rest)
         if rest:
-            parser.error(f"unrecognized arguments: {' '.join(rest)}")
+            parser.error(f"unrecognized arguments: {' '.join(rest)}"
+                         + ("  (pytest's arguments go after --: koans check N -- ARGS)" if args.command == "check" else ""))
         if args.command == "check":
-            return cmd_check(find_chapter(args.chapter))
+            return cmd_check(find_chapter(args.chapter), args.verbose, tuple(passthrough))
         if args.command == "hint":
             return cmd_hint(find_chapter(args.chapter))
         if args.command == "list":
-            return cmd_list()
+            return cmd_list(args.refresh)
         if args.command == "watch":
             return cmd_watch(args.interval, args.max_checks)
         if args.command == "reset":
+            if args.undo:
+                return cmd_undo_reset(find_chapter(args.chapter))
             return cmd_reset(find_chapter(args.chapter), args.yes)
         if args.command == "grade":
             from koans.grade import grade
 
             chapters = tuple(find_chapter(c) for c in args.chapters.split(",")) if args.chapters else None
             return grade(Path(args.out), args.time_limit, chapters)
+        if args.command == "autograder":
+            from koans.autograder import build
+
+            return build(Path(args.out), Path(args.wheels) if args.wheels else None)
         if args.command == "viz":
             from koans.viz import main as viz_main
 
-            return viz_main(args.trace, args.out, args.max_lag)
-        return cmd_next()
+            return viz_main(args.trace, args.out, args.max_lag, args.sweep)
+        return walk()
     except KeyError as err:
         print(f"koans: {err.args[0]}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `koans list | head`: the reader left; nothing more to say
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 from typing import Callable
@@ -23,3 +24,18 @@ def run_demo(main: Callable[[], None]) -> None:
               f"Write it (koans check {int(todos[0].chapter[2:])} tells you when it is right), then run the demo again.",
               file=sys.stderr)
         sys.exit(1)
+
+
+def demo_options(module: str, description: str, flags: tuple[tuple[str, str], ...] = (),
+                 passthrough: bool = False) -> tuple[argparse.Namespace, list[str]]:
+    """The command line of a chapter's demo: `python -m <module> --help` lists its flags.
+
+    `flags` are on/off switches, (name, help). With `passthrough`, arguments this parser does not
+    know are handed back (a benchmark parses them itself); otherwise they are an error.
+    """
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=description)
+    for name, text in flags:
+        parser.add_argument(name, action="store_true", help=text)
+    if passthrough:
+        return parser.parse_known_args()
+    return parser.parse_args(), []

@@ -26,10 +26,12 @@ POINTS_PER_CHAPTER = 10.0
 def _chapter_entries(chapter: Chapter, run: ChapterRun, time_limit: float) -> list[dict]:
     prefix = f"{chapter.tag} {chapter.slug}"
     if run.timed_out:
+        running = f" ({run.running['name']} was running)" if run.running else ""
+        where = ("\n" + run.hangs[0]["text"]) if run.hangs else ""  # where it waited, if the watchdog saw it
         return [{"name": f"{prefix}: all tests", "score": 0.0, "max_score": POINTS_PER_CHAPTER, "status": "failed",
-                 "output": f"Timed out: the chapter's tests did not finish within {time_limit:.0f} s. A stub may be "
-                           "waiting forever; run `koans check "
-                           f"{chapter.number}` to see where."}]
+                 "output": f"Timed out: the chapter's tests did not finish within {time_limit:.0f} s{running}. A stub "
+                           "may be waiting forever; run `koans check "
+                           f"{chapter.number}` to see where.{where}"}]
     graded = [t for t in run.tests if t["outcome"] != "skipped"]
     if not graded:
         why = "every test was skipped (they need a GPU)" if run.tests else "no test ran:\n" + run.output[-1500:]

@@ -329,3 +329,274 @@ def explain_failure(excinfo, test_path: Path, marked: list[Todo], impl: str) -> 
     if marked:
         return checks(marked), False
     return "", False
+
+
+# ---------------------------------------------------------------- what went wrong, in short
+
+_TRACEBACK_HEADER = re.compile(r"^\s*Traceback\b.*:\s*$")
+_TRACEBACK_FILE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>.+?)\s*$')
+LEARNER_DIRS = ("exercises", "solutions", "tests")
+
+
+def project_path(filename: str) -> Path | None:
+    """`filename` relative to the project when it is under exercises/, solutions/ or tests/, else None.
+
+    Everything else (pytest, asyncio, Monarch, koans/, conftest.py) is plumbing a learner need not read.
+    """
+    try:
+        relative = Path(filename).resolve().relative_to(PROJECT_ROOT.resolve())
+    except (ValueError, OSError):
+        return None
+    return relative if relative.parts and relative.parts[0] in LEARNER_DIRS and len(relative.parts) > 1 else None
+
+
+def _source_line(path: Path, lineno: int) -> str:
+    import linecache
+
+    return linecache.getline(str(PROJECT_ROOT / path), lineno).strip()
+
+
+def _todo_of_function(path: Path, function: str) -> str | None:
+    """The TODO key whose function this is, for a chapter file (`Greeter.greet` for `greet`)."""
+    match = re.match(r"(ch\d\d)_", path.name)
+    if not match or path.parts[0] == "tests":
+        return None
+    try:
+        chapter = find_chapter(match.group(1))
+    except KeyError:
+        return None
+    if path.name != f"{chapter.module}.py":
+        return None
+    for todo in chapter_todos(chapter):
+        if todo.key.split("#")[0].split(".")[-1] == function:
+            return todo.key
+    return None
+
+
+def _frame(path: Path, lineno: int, function: str, remote: bool) -> dict:
+    return {"file": str(path), "line": lineno, "function": function, "source": _source_line(path, lineno),
+            "remote": remote, "todo": _todo_of_function(path, function)}
+
+
+def _strip_tracebacks(text: str, frames: list[dict], remote: bool) -> str:
+    """`text` without the Python tracebacks inside it (Monarch puts the remote one in the message);
+    their frames in exercises/ or tests/ go to `frames`."""
+    kept, in_traceback = [], False
+    for line in text.splitlines():
+        if _TRACEBACK_HEADER.match(line):
+            in_traceback = True
+            continue
+        if in_traceback and (line.startswith((" ", "\t")) or not line.strip()):
+            found = _TRACEBACK_FILE.match(line)
+            path = project_path(found["file"]) if found else None
+            if path is not None:
+                frames.append(_frame(path, int(found["line"]), found["function"], remote))
+            continue
+        in_traceback = False
+        kept.append(line)
+    return "\n".join(kept).strip()
+
+
+def failure_summary(excinfo) -> dict:
+    """What went wrong, without plumbing: the whole error message (of the exception, of its remote
+    original and of its causes) and the frames of exercises/ and tests/ on the way to it.
+
+    {"error": "ActorError: ...\\nAttributeError: ...",
+     "frames": [{"file": "exercises/ch01_x.py", "line": 48, "function": "greet",
+                 "source": "self.count += 1", "remote": True, "todo": "Greeter.greet"}, ...]}
+    """
+    frames: list[dict] = []
+    for frame, lineno in traceback.walk_tb(excinfo.tb):
+        path = project_path(frame.f_code.co_filename)
+        if path is not None:
+            frames.append(_frame(path, lineno, frame.f_code.co_name, False))
+    lines: list[str] = []
+    exc, seen = excinfo.value, set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if exc is not excinfo.value:  # a cause: its own frames in the learner's files
+            for frame, lineno in traceback.walk_tb(exc.__traceback__):
+                path = project_path(frame.f_code.co_filename)
+                if path is not None:
+                    frames.append(_frame(path, lineno, frame.f_code.co_name, False))
+        remote = "ActorError" in type(exc).__name__ or "Supervision" in type(exc).__name__
+        message = str(exc)
+        if type(exc).__name__ == "Failed":  # pytest.fail(...): the message is the story
+            text = message
+        else:
+            text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+        for line in _strip_tracebacks(text, frames, remote).splitlines():
+            if line.strip() and line not in lines:
+                lines.append(line)
+        original = getattr(exc, "exception", None)
+        if isinstance(original, BaseException) and original is not exc:
+            line = f"{type(original).__name__}: {original}"
+            if not any(line.strip() == kept.strip() for kept in lines):
+                lines += _strip_tracebacks(line, frames, True).splitlines()
+        exc = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+    unique, seen_frames = [], set()
+    for frame in frames:
+        key = (frame["file"], frame["line"], frame["remote"])
+        if key not in seen_frames:
+            seen_frames.add(key)
+            unique.append(frame)
+    return {"error": "\n".join(lines), "frames": unique}
+
+
+# ---------------------------------------------------------------- hang notices
+
+LIKELY_HANG_CAUSE = "a missing `await`/`.get()`, or an endpoint that never returns"
+
+
+def _innermost_project_frame(frame, modules: bool = False) -> tuple[Path, int, str] | None:
+    """Walking out from `frame`, the first frame in exercises/, solutions/ or tests/; a module's
+    top level (an import still running) counts only with `modules`."""
+    while frame is not None:
+        path = project_path(frame.f_code.co_filename)
+        if path is not None and (modules or frame.f_code.co_name != "<module>"):
+            return path, frame.f_lineno, frame.f_code.co_name
+        frame = frame.f_back
+    return None
+
+
+def _awaiting_frames(main_frame) -> list[tuple[Path, int, str]]:
+    """For an event loop running in the main thread: where each of its tasks is suspended,
+    as the innermost frame of exercises/ or tests/ in the task's chain of awaits."""
+    loop, frame = None, main_frame
+    while frame is not None and loop is None:
+        if frame.f_code.co_name in ("run_forever", "_run_once", "run_until_complete"):
+            candidate = frame.f_locals.get("self")
+            if isinstance(candidate, asyncio.AbstractEventLoop):
+                loop = candidate
+        frame = frame.f_back
+    if loop is None:
+        return []
+    found = []
+    try:
+        tasks = list(asyncio.all_tasks(loop))
+    except RuntimeError:
+        return []
+    for task in tasks:
+        innermost, coro = None, task.get_coro()
+        while coro is not None:
+            frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+            if frame is not None:
+                path = project_path(frame.f_code.co_filename)
+                if path is not None:
+                    innermost = (path, frame.f_lineno, frame.f_code.co_name)
+            coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+        if innermost:
+            found.append(innermost)
+    return found
+
+
+def pending_waits(main_ident: int, skip_idents: set[int]) -> dict:
+    """Where the main thread waits, and learner code still running in other threads of this process.
+
+    {"waiting_at": (path, line, function) or None, "running": [(path, line, function), ...],
+     "importing": (path, line, "<module>") or None}
+    """
+    frames = sys._current_frames()
+    main = frames.get(main_ident)
+    waiting = _innermost_project_frame(main) if main is not None else None
+    importing = _innermost_project_frame(main, modules=True) if main is not None and waiting is None else None
+    awaiting = _awaiting_frames(main) if main is not None else []
+    # A suspended coroutine (the learner's first) says more than the test's `asyncio.run(...)` line.
+    awaiting.sort(key=lambda f: f[0].parts[0] == "tests")
+    if awaiting:
+        waiting = awaiting[0]
+    running = []
+    for ident, frame in frames.items():
+        if ident == main_ident or ident in skip_idents:
+            continue
+        found = _innermost_project_frame(frame)
+        if found is not None and found[0].parts[0] != "tests":
+            running.append(found)
+    return {"waiting_at": waiting, "running": running, "importing": importing}
+
+
+def describe_hang(test_name: str, todos: list[Todo], waited_s: float, waits: dict, limit_s: float | None) -> str:
+    def where(found) -> str:
+        path, line, function = found
+        return f"{path}:{line}: {_source_line(path, line)}"
+
+    checks = f" (it checks TODO {', '.join(t.key for t in todos)})" if todos else ""
+    lines = [f"Still waiting after {waited_s:.0f} s in {test_name}{checks}."]
+    if waits["waiting_at"]:
+        lines.append(f"  It waits at   {where(waits['waiting_at'])}")
+    else:
+        lines.append("  It waits outside your code and the test's (in a fixture or in Monarch).")
+    for found in waits["running"][:3]:
+        lines.append(f"  Still running {where(found)}   (in {found[2]}, in this process)")
+    lines.append(f"  Likely cause: {LIKELY_HANG_CAUSE}.")
+    if todos:
+        lines.append(f"  Look at {locate(todos[0], os.environ.get(IMPL_ENV, 'exercises'))}")
+    if limit_s:
+        lines.append(f"  (The test's time limit stops it after {limit_s:g} s.)")
+    return "\n".join(lines)
+
+
+class HangWatch:
+    """A watchdog thread: when the running test has gone `after_s` without finishing, report ONCE
+    (per test) where the main thread waits, and learner code still running in this process,
+    through `notify(text, data)`. While the main thread is still in plumbing (a fixture, an
+    import) the notice waits a little longer for it to reach the test's or the learner's code."""
+
+    def __init__(self, after_s: float, notify):
+        self.after_s = after_s
+        self.notify = notify
+        self.main_ident = threading.main_thread().ident
+        self._lock = threading.Lock()
+        self._since = time.monotonic()
+        self._test: tuple[str, list[Todo], float | None] | None = None
+        self._noticed = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="koans-hang-watch", daemon=True)
+
+    def start(self) -> "HangWatch":
+        if self.after_s > 0:
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def test_started(self, name: str, todos: list[Todo], limit_s: float | None) -> None:
+        with self._lock:
+            self._test, self._noticed, self._since = (name, todos, limit_s), False, time.monotonic()
+
+    def test_finished(self) -> None:
+        with self._lock:
+            self._test, self._noticed, self._since = None, False, time.monotonic()
+
+    def _watch(self) -> None:
+        previous = None
+        while not self._stop.wait(0.25):
+            with self._lock:
+                test, waited = self._test, time.monotonic() - self._since
+                if test is None or self._noticed or waited < self.after_s:
+                    previous = None
+                    continue
+            try:
+                waits = pending_waits(self.main_ident, {threading.get_ident()})
+                if not waits["waiting_at"] and not waits["running"]:
+                    if waited < 3 * self.after_s:
+                        continue  # still in plumbing (a fixture, an import): look again in a moment
+                    waits["waiting_at"] = waits["importing"]
+                # A wait that is pending stays put: report it once two looks, a moment apart, agree.
+                seen = (waits["waiting_at"], tuple(waits["running"]))
+                if seen != previous and waited < 3 * self.after_s:
+                    previous = seen
+                    self._stop.wait(0.25)
+                    continue
+                with self._lock:
+                    if self._test is not test or self._noticed:
+                        continue
+                    self._noticed = True
+                name, todos, limit = test
+                text = describe_hang(name, todos, waited, waits, limit)
+                data = {"name": name, "todos": [t.key for t in todos], "waited_s": round(waited, 1),
+                        "waiting_at": [str(x) for x in waits["waiting_at"]] if waits["waiting_at"] else None}
+                self.notify(text, data)
+            except Exception as err:  # a notice must never break the session
+                print(f"[koans] hang notice failed: {type(err).__name__}: {err}", file=sys.stderr)

@@ -39,7 +39,7 @@ HINTS: dict[str, dict[str, tuple[str, ...]]] = {
             "Two views of one actor: where it was spawned (recorded in __init__) and where this message sees it.",
             "current_rank() and current_size() describe the current message; both convert with dict(...).",
             '{"spawn_coords": self.spawn_coords, "message_coords": dict(current_rank()), '
-            '"message_size": dict(current_size()), "pid": os.getpid()}',
+            '"message_size": current_size(), "pid": os.getpid()}',
         ),
         "Worker.add": (
             "Each actor of the mesh is its own object, with its own self.tally.",
@@ -125,16 +125,18 @@ HINTS: dict[str, dict[str, tuple[str, ...]]] = {
             "A loop of at most self.attempts tries; each try asks classify() what became of the call.",
             "replica = self._pick(session, tried); outcome = await classify(getattr(replica.actor, "
             "endpoint_name).call_one(*args, **kwargs), self.call_timeout, where=...)",
-            '"ok": self._served(replica, session) and return outcome.value. "endpoint_error": raise '
-            "outcome.value. Otherwise: self.mark_unhealthy(...), attempts.append(Attempt(replica.index, "
-            "outcome.kind, outcome.summary)), tried.add(replica.index).",
+            'A None replica: break. "ok": self._served(replica, session) and return outcome.value. '
+            '"endpoint_error": raise outcome.value. Otherwise: self.mark_unhealthy(replica, outcome.kind), '
+            "attempts.append(Attempt(replica.index, outcome.kind, outcome.summary)), tried.add(replica.index); "
+            "stats.retries += 1 before every try after the first. After the loop: stats.failed += 1 and "
+            "raise ServiceUnavailable(endpoint_name, attempts, self.healthy_count()).",
         ),
     },
     "ch07": {
         "WeightStore.claim": (
             "A slot is free only if nobody needs it: not the latest, not being written, no live lease.",
-            "First drop the expired leases: for each (slot, since) in self.leases with "
-            "time.monotonic() - since > self.lease_timeout_s, del it and count it.",
+            "First drop the expired leases: for lease, (slot, since) in list(self.leases.items()), if "
+            "time.monotonic() - since > self.lease_timeout_s: del self.leases[lease] and count it.",
             "busy = self.writing | {slot of each lease} | {self.latest[1] if self.latest}; the first slot in "
             "range(len(self.offers)) not in busy: add it to self.writing and return it; else count a skip, "
             "return None.",
@@ -175,10 +177,12 @@ HINTS: dict[str, dict[str, tuple[str, ...]]] = {
             "Piece(src, local_slices(overlap, src_box), local_slices(overlap, dst_box)).",
         ),
         "ShardHolder.pull": (
-            "Each piece arrives flat; give it the shape of its place in self.local, then copy it there.",
-            "buffer = await pull_into(handle, torch.empty(handle.numel, dtype=handle.dtype))",
-            "region = self.local[piece.dst_slices]; region.copy_(buffer.view(region.shape)); "
-            "add handle.nbytes to the answer.",
+            "Start every read before waiting for any (asyncio.gather): reads in flight together move faster. "
+            "Each piece arrives flat; give it its region's shape, then copy it there.",
+            "buffers = await asyncio.gather(*(pull_into(handle, torch.empty(handle.numel, dtype=handle.dtype)) "
+            "for handle in handles))",
+            "for piece, buffer in zip(pieces, buffers): region = self.local[piece.dst_slices]; "
+            "region.copy_(buffer.view(region.shape)); answer sum(handle.nbytes for handle in handles).",
         ),
     },
     "ch09": {
@@ -192,7 +196,7 @@ HINTS: dict[str, dict[str, tuple[str, ...]]] = {
             "self.learner_version = max(self.learner_version, learner_version); a helper enough() moves stale "
             "groups to ledger.dropped_stale and returns len(self.groups) >= count.",
             "async with self.arrived: await asyncio.wait_for(self.arrived.wait_for(enough), timeout) "
-            "(asyncio.TimeoutError: return None); then batch = self.groups[:count], keep the rest.",
+            "(TimeoutError: return None); then batch = self.groups[:count], keep the rest.",
         ),
         "continuous_training": (
             "try/finally: the finally sets `stop`, whatever happens in the loop.",
@@ -215,7 +219,8 @@ HINTS: dict[str, dict[str, tuple[str, ...]]] = {
             "ratio = torch.exp(logps - old_logps); A = advantages[:, None] broadcasts over tokens.",
             "objective = torch.min(ratio * A, ratio.clamp(1 - clip, 1 + clip) * A); "
             "loss = -masked_mean(objective, mask); clip_fraction = masked_mean(((ratio < 1 - clip) | "
-            "(ratio > 1 + clip)).float(), mask).",
+            "(ratio > 1 + clip)).float(), mask). With ref_logps and kl_coef > 0: d = ref_logps - logps, "
+            "kl = masked_mean(torch.exp(d) - d - 1, mask), loss = loss + kl_coef * kl.",
         ),
         "response_token_logprobs": (
             "Shift by one: the logits at position i are about the token at i + 1.",

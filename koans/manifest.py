@@ -82,10 +82,10 @@ CHAPTERS: tuple[Chapter, ...] = (
     Chapter(5, "supervision", "Supervision: noticing that a child has died", WORKSHOP, 20),
     Chapter(6, "service", "A service that routes around failed replicas", WORKSHOP, 25, builds_on=(5,)),
     Chapter(7, "weight_sync", "Weight sync without process groups", WORKSHOP, 30, builds_on=(3,)),
-    Chapter(8, "dtensor_reshard", "Resharding by overlap", ELECTIVE, 35, builds_on=(3,), fits_after=7),
+    Chapter(8, "dtensor_reshard", "Resharding by overlap", ELECTIVE, 30, builds_on=(3,), fits_after=7),
     Chapter(9, "async_loops", "Async RL: two loops and a buffer", WORKSHOP, 25, builds_on=(3, 7)),
     Chapter(10, "qwen_grpo", "Async GRPO for a Qwen2 policy", WORKSHOP, 25, builds_on=(3, 5, 6, 7, 9)),
-    Chapter(11, "staleness", "Staleness: what it costs, how to correct it", ELECTIVE, 40, builds_on=(3, 5, 6, 7, 9, 10),
+    Chapter(11, "staleness", "Staleness: what it costs, how to correct it", ELECTIVE, 30, builds_on=(3, 5, 6, 7, 9, 10),
             fits_after=10),
 )
 

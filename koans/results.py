@@ -1,8 +1,20 @@
-"""Per-test results as JSON, for the `koans` runner (`pytest --koans-json PATH`)."""
+"""What pytest tells the `koans` runner: per-test results as JSON, and live progress.
+
+`pytest --koans-json PATH` writes every test's result at the end of the session.
+`pytest --koans-progress PATH` appends one JSON object per line while the
+session runs, so the runner can show a hang notice, or each test as it
+finishes, before pytest is done:
+
+    {"event": "collected", "count": 9}
+    {"event": "start", "nodeid": ..., "name": ..., "todos": ["Greeter.greet"]}
+    {"event": "done", "nodeid": ..., "name": ..., "outcome": "failed", ...}  (the test's full entry)
+    {"event": "hang", "name": ..., "todos": [...], "text": "Still waiting after 10 s ..."}
+"""
 
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 
@@ -12,27 +24,65 @@ class ResultLog:
     def __init__(self, path: str | None):
         self.path = Path(path) if path else None
         self.tests: dict[str, dict] = {}
+        self.collected: int | None = None
 
     def add(self, name: str, report, todo_keys: list[str]) -> None:
-        if self.path is None:
-            return
         entry = self.tests.setdefault(
             report.nodeid,
             {"nodeid": report.nodeid, "name": name, "outcome": "passed", "message": "", "note": "",
-             "duration_s": 0.0, "todos": todo_keys},
+             "summary": None, "duration_s": 0.0, "todos": todo_keys},
         )
         entry["duration_s"] += report.duration
         if report.skipped and entry["outcome"] == "passed":
             entry["outcome"] = "skipped"
             entry["message"] = str(report.longrepr[-1]) if isinstance(report.longrepr, tuple) else str(report.longrepr)
-        elif report.failed:
+        elif report.failed and entry["outcome"] not in ("failed", "error"):  # the first failure of a test is its story
             entry["outcome"] = "failed" if report.when == "call" else "error"
             entry["message"] = str(report.longrepr)
             entry["note"] = getattr(report, "koans_note", "")
+            entry["summary"] = getattr(report, "koans_summary", None)
+
+    def entry(self, nodeid: str) -> dict | None:
+        return self.tests.get(nodeid)
 
     def write(self, leftover_processes) -> None:
         if self.path is None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        data = {"tests": list(self.tests.values()), "leftover_processes": [pid for pid, _ in leftover_processes]}
+        data = {"tests": list(self.tests.values()), "collected": self.collected,
+                "leftover_processes": [pid for pid, _ in leftover_processes]}
         self.path.write_text(json.dumps(data, indent=2))
+
+
+class ProgressLog:
+    """Appends JSON-lines events to a file (from any thread); does nothing without a path."""
+
+    def __init__(self, path: str | None):
+        self.path = Path(path) if path else None
+        self._lock = threading.Lock()
+
+    def event(self, kind: str, **data) -> None:
+        if self.path is None:
+            return
+        line = json.dumps({"event": kind, **data}) + "\n"
+        with self._lock, open(self.path, "a") as out:
+            out.write(line)
+            out.flush()
+
+
+def read_events(path: Path, offset: int = 0) -> tuple[list[dict], int]:
+    """The complete event lines of a progress file from `offset`, and the offset after them."""
+    try:
+        with open(path, "rb") as src:
+            src.seek(offset)
+            chunk = src.read()
+    except OSError:
+        return [], offset
+    end = chunk.rfind(b"\n") + 1  # a line still being written waits for the next read
+    events = []
+    for line in chunk[:end].splitlines():
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            continue
+    return events, offset + end

@@ -35,6 +35,8 @@ from pathlib import Path
 from koans.manifest import PROJECT_ROOT
 
 DEFAULT_TRACE = PROJECT_ROOT / ".koans" / "ch10_trace.json"
+#: What `python -m solutions.ch10_qwen_grpo --compare` measured last: samples/s in lock step and async.
+DEFAULT_COMPARE = PROJECT_ROOT / ".koans" / "ch10_compare.json"
 
 
 class TraceError(ValueError):
@@ -74,20 +76,77 @@ def durations(spans: list[dict]) -> dict:
             "groups_per_step": groups, "samples_per_group": max(1, samples // max(groups, 1))}
 
 
-def build_page(spans: list[dict], source: str = "", max_lag: int = 4) -> str:
-    """The HTML page, with the spans and durations inline."""
-    data = {"spans": spans, "durations": durations(spans), "source": source, "maxLag": max_lag}
+def build_page(spans: list[dict], source: str = "", max_lag: int = 4, measured: dict | None = None) -> str:
+    """The HTML page, with the spans and durations inline; `measured`: {"sync", "async", "machine"} samples/s."""
+    data = {"spans": spans, "durations": durations(spans), "source": source, "maxLag": max_lag, "measured": measured}
     template = (Path(__file__).parent / "viz_page.html").read_text()
     return template.replace("/*DATA*/null", json.dumps(data))
 
 
-def main(trace: str | None, out: str, max_lag: int = 4) -> int:
+def read_measured(path: Path = DEFAULT_COMPARE) -> dict | None:
+    try:
+        data = json.loads(path.read_text())
+        return {"sync": float(data["sync"]), "async": float(data["async"]), "machine": str(data.get("machine", "?"))}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def sweep_page(report: dict, source: str = "") -> str:
+    """chapter 11's sweep as a static page: reward against max lag, one line per correction, and the table."""
+    lags, corrections = report["lags"], report["corrections"]
+    cells = report["cells"]
+    colors = {"none": "#9c755f", "clip": "#4e79a7", "tis": "#f28e2b", "decoupled": "#e15759"}
+    values = [cells[f"{lag}/{c}"]["mean"] for lag in lags for c in corrections]
+    low, high = min(values + [0.0]), max(values + [0.05])
+    width, height, left, bottom = 640, 300, 50, 30
+    x = {lag: left + i * (width - left - 20) / max(1, len(lags) - 1) for i, lag in enumerate(lags)}
+
+    def y(value: float) -> float:
+        return 10 + (high - value) / (high - low) * (height - bottom - 10)
+
+    svg = [f'<svg viewBox="0 0 {width} {height}" width="{width}" height="{height}" id="sweep-chart">']
+    for lag in lags:
+        svg.append(f'<text x="{x[lag]:.0f}" y="{height - 8}" font-size="12" text-anchor="middle">lag {lag}</text>')
+    for value in (low, (low + high) / 2, high):
+        svg.append(f'<text x="4" y="{y(value) + 4:.0f}" font-size="11">{value:.2f}</text>')
+    for correction in corrections:
+        points = " ".join(f"{x[lag]:.1f},{y(cells[f'{lag}/{correction}']['mean']):.1f}" for lag in lags)
+        svg.append(f'<polyline fill="none" stroke="{colors.get(correction, "#777")}" stroke-width="2" points="{points}"/>')
+    svg.append("</svg>")
+    rows = "".join(
+        f"<tr><td>{lag}</td>" + "".join(
+            f"<td>{cells[f'{lag}/{c}']['mean']:.2f} &plusmn; {cells[f'{lag}/{c}']['spread']:.2f}</td>" for c in corrections)
+        + f"<td>{sum(cells[f'{lag}/{c}']['mean_ess'] for c in corrections) / len(corrections):.2f}</td></tr>"
+        for lag in lags)
+    legend = " ".join(f'<span style="color:{colors.get(c, "#777")}">&#9632; {c}</span>' for c in corrections)
+    return f"""<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>koans viz: the staleness sweep</title>
+<style>body {{ font: 14px/1.45 system-ui, sans-serif; margin: 24px auto; max-width: 900px; }}
+td, th {{ padding: 3px 12px 3px 0; text-align: left; }}</style></head><body>
+<h1>Chapter 11: final reward against max lag</h1>
+<p>{source}: {report['steps']} steps per run, {len(report['seeds'])} seeds, the same samples per run. {legend}</p>
+{''.join(svg)}
+<table id="sweep-table"><tr><th>max lag</th>{''.join(f'<th>{c}</th>' for c in corrections)}<th>ESS</th></tr>{rows}</table>
+</body></html>"""
+
+
+def main(trace: str | None, out: str, max_lag: int = 4, sweep: str | None = None) -> int:
+    if sweep:
+        try:
+            report = json.loads(Path(sweep).read_text())
+            page = sweep_page(report, sweep)
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            print(f"koans viz: {sweep} is not a chapter 11 sweep ({type(err).__name__}: {err}); write one with: "
+                  "python -m solutions.ch11_staleness --sweep --json ch11_sweep.json")
+            return 2
+        Path(out).write_text(page)
+        print(f"koans viz: wrote {out} from {sweep}. Open it in a browser; no network needed.")
+        return 0
     path = Path(trace) if trace else DEFAULT_TRACE
     try:
         spans = read_trace(path)
     except TraceError as err:
         print(f"koans viz: {err}")
         return 2
-    Path(out).write_text(build_page(spans, str(path), max_lag))
+    Path(out).write_text(build_page(spans, str(path), max_lag, read_measured()))
     print(f"koans viz: wrote {out} from {path} ({len(spans)} spans). Open it in a browser; no network needed.")
     return 0

@@ -6,12 +6,14 @@
 import asyncio
 import os
 
+from koans.demo import demo_options
 from monarch.actor import this_proc
 
 from .ch01_hello_actor import greet_twice, spawn_greeter, start_one_process
 
 
 def main() -> None:
+    demo_options(f"{__package__}.ch01_hello_actor", "Chapter 01's demo: one actor here, one in a new process.")
     timeout = 60
     print("Chapter 01: hello, actor")
     print(f"This client process has pid {os.getpid()}.\n")

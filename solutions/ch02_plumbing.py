@@ -3,12 +3,14 @@
     python -m solutions.ch02_actor_mesh      (yours: python -m exercises.ch02_actor_mesh)
 """
 
+from koans.demo import demo_options
 from monarch.actor import this_host
 
 from .ch02_actor_mesh import spawn_workers, sum_of_squares
 
 
 def main() -> None:
+    demo_options(f"{__package__}.ch02_actor_mesh", "Chapter 02's demo: a mesh of four workers and every adverb.")
     timeout = 60
     print("Chapter 02: actor meshes and adverbs\n")
     procs = this_host().spawn_procs(per_host={"procs": 4})

@@ -1,42 +1,26 @@
 """Chapter 03: RDMA transfer, the "magic pointer".
 
 Messages are the control plane: small, ordered, pickled. Tensors are the data
-plane: big. Sending a 1 GB tensor in a message pickles every byte, pushes it
-through the actor's mailbox and unpickles it on the far side, and what arrives
-is a snapshot that is stale as soon as the owner changes its tensor.
+plane. An RDMABuffer is a handle to a block of memory in the process that made
+it: a few hundred bytes however big the memory, so it travels in any message.
+Whoever holds it pulls the bytes into a tensor of their own with `read_into`,
+while the owner goes on working. Reading again sees the memory as it is then:
+a pointer, not a copy.
 
-An RDMABuffer is a handle to a block of memory in the process that made it.
-The handle pickles to a few hundred bytes, whatever the size of the memory, so
-it can travel in any message. Whoever holds it can pull the bytes straight
-into a tensor of their own with `read_into`, while the owner goes on working:
-no endpoint of the owner runs for the read. Reading again later sees the
-owner's memory as it is then: a pointer, not a copy.
+    owner process    --- handle (~0.5 KiB), in a message --->    reader process
+    tensor (64 MiB)  ====== bytes, read_into, no mailbox =====>  destination
 
-    owner process                              reader process
-    +------------------+   handle (~0.5 KiB)   +------------------+
-    | tensor (64 MiB)  | --------------------> | destination      |
-    |  RDMABuffer      |   control plane       |  (preallocated)  |
-    +------------------+                       +------------------+
-             |              bytes (64 MiB), read_into    ^
-             +-------------------------------------------+
-                            data plane
-
-Monarch's own rules for a buffer: one flat (1-D), contiguous, non-empty
-block; a read needs a destination that is 1-D, contiguous and big enough.
-RDMA copies raw bytes and never checks dtypes, so this chapter adds a rule of
-its own: the destination has exactly the handle's dtype and element count.
-
-Without an RDMA network card Monarch falls back to TCP (a warning says so).
-The API and the lesson are the same; only the speed differs.
+Monarch's rules: a buffer is one flat (1-D), contiguous, non-empty block; a read
+needs a 1-D, contiguous destination big enough. RDMA copies raw bytes and never
+checks dtypes, so this chapter adds a rule: exactly the handle's dtype and size.
 
 Your TODOs:
   1. expose                    check the tensor, wrap it in an RDMABuffer
   2. pull_into                 check the destination, read the bytes into it
   3. TensorOwner.send_copy     the contrast: the tensor itself, in a message
 
-Check:     pytest tests/test_ch03_rdma_transfer.py     (or: koans check 3)
-Run demo:  python -m solutions.ch03_rdma_transfer
-Read:      docs/03_rdma_transfer.md
+Given, safe to skip: ch03_plumbing.py (the demo, the benchmark).
+Check: koans check 3    Demo: python -m solutions.ch03_rdma_transfer    Read: docs/03_rdma_transfer.md
 """
 
 from __future__ import annotations
@@ -51,7 +35,7 @@ from koans.demo import run_demo
 from monarch.actor import Actor, endpoint
 from monarch.rdma import RDMABuffer, RDMATcpFallbackWarning
 
-# Our machines have no RDMA card; saying so once per process is enough.
+# Without an RDMA card Monarch falls back to TCP and warns in every process; once is enough.
 warnings.simplefilter("ignore", RDMATcpFallbackWarning)
 
 

@@ -1,43 +1,23 @@
 """Chapter 05: supervision, noticing that a child has died.
 
-With many generators, some will crash: a GPU falls off the bus, a process
-runs out of memory, a host reboots. Three ways a call can go wrong look alike
-from the caller's side, and must be told apart:
+Three ways a call goes wrong look alike to the caller, and need different answers:
 
-  the endpoint raised     the caller gets ActorError. The actor is fine and
-                          takes the next message. Retrying the same request
-                          will likely fail the same way.
-  the process died        the caller gets SupervisionError. The actor is gone,
-                          and its process takes no new actors. Someone must
-                          start a new one.
-  no answer in time       the caller's own timeout. Hung, slow, or dead and
-                          not yet noticed: stop waiting for it.
+  the endpoint raised   ActorError: the actor is fine; retrying the request fails again
+  the process died      SupervisionError: the actor is gone; start a new one elsewhere
+  no answer in time     your timeout: hung, slow, or dead and not yet noticed
 
-Who is "someone"? In Monarch every actor mesh has an owner: whoever spawned
-it. When a child process dies, its owner hears about it through
-`__supervise__(failure)`. Returning True says "handled"; False passes the
-failure up to the owner's owner, and at the top to the job's fault hook (which
-by default ends the program). That chain is the *supervision tree*:
-
-    client (root)
-      |  owns
-    Supervisor ---- __supervise__(failure) ---+
-      |  owns                                 | 1. record it
-    child mesh (generation g)  X  dies        | 2. spawn generation g+1
-                                              | 3. return True: handled
-    child mesh (generation g+1) <-------------+
-
-From here on, code that waits does so the asyncio way: `await` a future,
-bounded by `asyncio.wait_for(future, timeout)`. Chapters 06-10 wait only so.
+Every mesh has an owner, whoever spawned it. When a child process dies, Monarch
+calls the owner's `__supervise__(failure)`: True means handled; False passes it
+up to the owner's owner, and at the top to the job's fault hook (by default:
+exit). From here on, code waits the asyncio way: `await asyncio.wait_for(future,
+timeout)`. Chapters 06-11 wait only so.
 
 Your TODOs:
   1. classify                  wait for a call; say what became of it: ok / endpoint error / died / timeout
   2. Supervisor.__supervise__  ignore Monarch's own meshes; record the child's death; respawn
 
 Given, safe to skip: ch05_plumbing.py (the demo, and helpers the tests use).
-Check:     pytest tests/test_ch05_supervision.py     (or: koans check 5)
-Run demo:  python -m solutions.ch05_supervision
-Read:      docs/05_supervision.md
+Check: koans check 5    Demo: python -m solutions.ch05_supervision    Read: docs/05_supervision.md
 """
 
 from __future__ import annotations

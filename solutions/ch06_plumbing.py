@@ -10,11 +10,11 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import sys
 import time
 from dataclasses import dataclass
 
 import monarch.actor
+from koans.demo import demo_options
 from monarch.actor import Actor, ProcMesh, endpoint, this_host
 
 
@@ -247,4 +247,6 @@ async def chaos_demo() -> None:
 
 
 def main() -> None:
-    asyncio.run(chaos_demo() if "--chaos" in sys.argv else demo())
+    args, _ = demo_options(f"{__package__}.ch06_service", "Chapter 06's demo: a service over three replicas.",
+                           (("--chaos", "240 requests, four at a time, while replica processes are killed"),))
+    asyncio.run(chaos_demo() if args.chaos else demo())

@@ -1,30 +1,18 @@
 """Chapter 06: a service that routes around failed replicas.
 
-An RL job runs many generator replicas, and callers should not care which one
-answers, or that one of them died a second ago. A *service* is the one handle
-they use instead:
+Callers of a generator service should not care which replica answers, or that
+one died a second ago. `await service.route("generate", prompt)` picks the next
+healthy replica (round robin) and calls it. If the replica died or did not
+answer in time, it is marked unhealthy (and replaced in the background), and the
+request goes to another, up to `attempts` tries. An exception raised *inside*
+the endpoint is the request's fault: it goes straight back to the caller.
 
-                        +-----------------+    replica 0 (own process)  healthy
-    route("generate") ->|  Service        |--> replica 1 (own process)  X died -> recovering
-                        |  round robin,   |--> replica 2 (own process)  healthy
-                        |  retry, health  |
-                        +-----------------+
+    route --> replica 0 (own process)  healthy
+          --> replica 1 (own process)  X died -> recovering
+          --> replica 2 (own process)  healthy
 
-  route     pick the next healthy replica (round robin) and call it. If the
-            replica died or did not answer in time, mark it unhealthy and try
-            another one, up to `attempts` tries. An exception raised *inside*
-            the endpoint is the request's fault, not the replica's: it goes
-            straight back to the caller.
-  recovery  an unhealthy replica is replaced in the background by a new one
-            on a new process.
-  fanout    call every healthy replica at once (e.g. "load these weights").
-  sessions  route(..., session="abc") keeps going to the same replica while
-            it is healthy (its caches stay warm).
-
-The service is asyncio-native: callers `await service.route(...)`, many
-requests can be in flight at once, and all of them run on one event loop.
+Everything runs on one asyncio event loop, many requests in flight at once.
 Between two `await`s nothing else runs, so the bookkeeping needs no locks.
-Chapter 05's `classify` tells the kinds of failure apart.
 
 Your TODOs:
   1. Service.next_replica     round robin over the healthy replicas
@@ -32,9 +20,7 @@ Your TODOs:
   3. Service.route            call, and retry on another replica when one fails
 
 Given, safe to skip: ch06_plumbing.py (starting and replacing replica processes, the demo).
-Check:     pytest tests/test_ch06_service.py     (or: koans check 6)
-Run demo:  python -m solutions.ch06_service      (chaos run: add --chaos)
-Read:      docs/06_service.md
+Check: koans check 6    Demo: python -m solutions.ch06_service (--chaos)    Read: docs/06_service.md
 """
 
 from __future__ import annotations
@@ -138,9 +124,10 @@ class Service(ReplicaPool):
         tried: set[int] = set()
         # >>> TODO(ch06): up to self.attempts tries, each on a replica not tried yet; return the first reply
         # self._pick(session, tried) chooses the replica (None: nobody left to try). Each call waits at
-        # most self.call_timeout. An endpoint error goes straight back to the caller, unretried. A death
-        # or a timeout marks the replica unhealthy, is recorded as an Attempt, and the next try goes
-        # elsewhere; count stats.retries for every try after the first. On success, self._served(...).
+        # most self.call_timeout. An endpoint error goes straight back to the caller, unretried: re-raise
+        # the ActorError itself. A death or a timeout marks the replica unhealthy, is recorded as
+        # Attempt(replica index, outcome kind, outcome.summary), and the next try goes elsewhere; count
+        # stats.retries for every try after the first. On success, self._served(replica, session).
         # When no try is left: count stats.failed, raise ServiceUnavailable(endpoint_name, attempts,
         # self.healthy_count()).
         for number in range(self.attempts):

@@ -39,6 +39,7 @@ Read:      docs/08_dtensor_reshard.md
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 from dataclasses import dataclass
@@ -88,8 +89,8 @@ def shard_box(shape: tuple[int, ...], mesh_shape: tuple[int, ...], placements, c
         raise ValueError(f"need one placement and one coordinate per mesh dimension: mesh {mesh_shape}, "
                          f"placements {placements}, coordinate {coord}")
     # >>> TODO(ch08): start from the whole tensor; narrow the sharded dims mesh dimension by mesh dimension
-    # box[d] = (offset, length). For Shard(d) on mesh dim m with n = mesh_shape[m] parts, take part coord[m]:
-    #   size = ceil(length / n); start = min(coord[m] * size, length); new length = min(size, length - start)
+    # The answer has one (offset, length) per tensor dimension, in the tensor's coordinates. The split
+    # follows torch.chunk (see the docstring); an empty share has length 0.
     box = [(0, size) for size in shape]
     for m, placement in enumerate(placements):
         if isinstance(placement, Shard):
@@ -104,6 +105,7 @@ def shard_box(shape: tuple[int, ...], mesh_shape: tuple[int, ...], placements, c
 def intersect(a: Box, b: Box) -> Box | None:
     """The box both `a` and `b` cover, or None if they do not overlap (or the overlap is empty)."""
     # >>> TODO(ch08): per dimension, the overlap runs from the larger start to the smaller end
+    # No overlap in any one dimension (an empty range, or boxes that only touch): None.
     overlap = []
     for (a_off, a_len), (b_off, b_len) in zip(a, b):
         start, end = max(a_off, b_off), min(a_off + a_len, b_off + b_len)
@@ -128,9 +130,9 @@ def plan_transfer(shape, src_mesh, src_placements, dst_mesh, dst_placements) -> 
     src_boxes = {rank: shard_box(shape, src_mesh, src_placements, c) for rank, c in ranks(src_mesh)}
     plan = {}
     # >>> TODO(ch08): for each destination rank and box, collect one Piece per distinct overlapping source box
-    # Group source ranks by their box (replicas share one); for each group that intersects the destination
-    # box, pick the group's rank number dst_rank % len(group), and record
-    # Piece(src, local_slices(overlap, src_box), local_slices(overlap, dst_box)).
+    # Source ranks with the same box are replicas: take each overlap from just one of them, the one at
+    # position dst_rank % len(replicas) among them (ranks ascending), so destinations spread over replicas.
+    # A Piece's slices are local: into the source rank's shard, and into the destination rank's.
     holders: dict[Box, list[int]] = {}
     for rank, box in src_boxes.items():
         holders.setdefault(box, []).append(rank)
@@ -158,16 +160,16 @@ class ShardHolder(ShardHolderBase):
     @endpoint
     async def pull(self, pieces: list[Piece], handles: list[TensorHandle]) -> int:
         """Destination side: read every piece and copy it into its place. Answers the bytes read."""
-        # >>> TODO(ch08): for each (piece, handle): read into a flat buffer, then copy into self.local[piece.dst_slices]
-        # The flat buffer: torch.empty(handle.numel, dtype=handle.dtype); read it with chapter 03's
-        # `await pull_into(handle, buffer)`, then view it in the piece's shape (the destination region's shape).
-        read = 0
-        for piece, handle in zip(pieces, handles):
-            buffer = await pull_into(handle, torch.empty(handle.numel, dtype=handle.dtype))
+        # >>> TODO(ch08): read every piece (all reads at once), then copy each into its place in self.local
+        # handles[i] reads pieces[i]. A piece arrives flat: handle.numel elements of handle.dtype,
+        # through chapter 03's pull_into.
+        # Its place is self.local[piece.dst_slices], in that region's shape. Answer the bytes read.
+        buffers = await asyncio.gather(*(pull_into(handle, torch.empty(handle.numel, dtype=handle.dtype))
+                                         for handle in handles))
+        for piece, buffer in zip(pieces, buffers):
             region = self.local[piece.dst_slices]
             region.copy_(buffer.view(region.shape))
-            read += handle.nbytes
-        return read
+        return sum(handle.nbytes for handle in handles)
         # <<< TODO
 
 

@@ -12,6 +12,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
+from koans.demo import demo_options
 import torch
 from koans.report import histogram
 from koans.timeline import Recorder, ascii_timeline, busy_fraction, merge
@@ -262,4 +263,5 @@ async def demo(steps: int = 120, max_lag: int = 1) -> None:
 
 
 def main() -> None:
+    demo_options(f"{__package__}.ch09_async_loops", "Chapter 09's demo: two loops and a buffer, 120 steps.")
     asyncio.run(demo())

@@ -1,42 +1,26 @@
 """Chapter 10: an async GRPO trainer for a Qwen2 policy, from the parts you built.
 
-The infrastructure is all yours from earlier chapters; this chapter adds the
-learning. The loops are chapter 09's shape, wired to the chapter 06 service:
-
-      continuous_rollouts (two per generator replica)                 continuous_training (ch09's)
-        prompt --> await service.route("generate") --> score --> ReplayBuffer --> Trainer.train
-                   (ch06: round robin, retry,                    (ch09: lag      (GRPO step below;
-                    recovery of dead replicas)                    bound)           publishes v+1)
-                        ^                                                             |
-                        +--- generators pull new weights (ch07 SnapshotReader) <------+
-
-GRPO (Group Relative Policy Optimization) in three lines:
+Your service (06), weight sync (07) and buffer and training loop (09) run it;
+this chapter adds the learning. GRPO in three lines:
   1. For each prompt, sample a *group* of G responses and score them.
-  2. A response's advantage is how much better it did than its group:
-     (reward - group mean) / (group std + eps). No value network needed.
-  3. Push up the log-probability of every token of a response in proportion
-     to its advantage, with PPO's clipped importance ratio, because the
-     generator's policy may be a version or two older than the trainer's.
+  2. A response's advantage: (reward - group mean) / (group std + eps).
+  3. Raise each of its tokens' log-probability in proportion to the advantage,
+     with PPO's clipped ratio, since the generator may be a version behind.
 
-Step 3 needs each response token's log-probability, read off one forward
-pass over prompt + response. The logits at position i predict the token at
-i + 1, so the predictions for the response start one position before it:
-the classic off-by-one of RL for language models.
+Step 3 reads each response token's log-probability off one forward pass over
+prompt + response. The logits at position i predict the token at i + 1:
 
-    position:   ...  P-2   P-1 |  P     P+1   P+2        (P prompt tokens, then T = 3 response tokens)
-    tokens:     ...  ":"   "\\n" | "1"   " "   "2"
-    logits at P-1 predict "1", at P "the token after 1", ..., at P+1 predict "2"
+    position:   ...  P-2   P-1 |  P     P+1   P+2       (P prompt tokens, then the response)
+    token:      ...  ":"   "\n" |  "1"   " "   "2"
+    logits at P-1 predict "1", at P predict " ", at P+1 predict "2"
 
 Your TODOs:
   1. group_advantages         normalise rewards within each group
   2. grpo_loss                the clipped policy-gradient loss, masked to the response tokens
-  3. response_token_logprobs  each response token's log-probability, from the logits of its position
+  3. response_token_logprobs  each response token's log-probability, from the logits before it
 
-Given, safe to skip: ch10_policy.py (the model, tokenizer and counting task), ch10_plumbing.py
-(the Trainer and Generator actors, starting the job, lock-step mode, the demo).
-Check:     pytest tests/test_ch10_qwen_grpo.py     (or: koans check 10)
-Run demo:  python -m solutions.ch10_qwen_grpo      (also: --compare, --kill-at 50, --trace run.json)
-Read:      docs/10_qwen_grpo.md
+Given, safe to skip: ch10_policy.py (model, tokenizer, counting task), ch10_plumbing.py (actors, job, demo).
+Check: koans check 10   Demo: python -m solutions.ch10_qwen_grpo (--compare)   Read: docs/10_qwen_grpo.md
 """
 
 from __future__ import annotations
@@ -135,7 +119,8 @@ def grpo_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Te
     # Per token: ratio = p_new / p_old; objective = min(ratio * A, clip(ratio, 1 - clip, 1 + clip) * A),
     # A being the token's response's advantage. loss = -masked_mean(objective, mask). With ref_logps and
     # kl_coef > 0, add kl_coef * masked_mean(k3), k3 = exp(ref - logp) - (ref - logp) - 1 per token.
-    # clip_fraction: masked mean of "ratio outside [1 - clip, 1 + clip]"; kl: the masked k3 mean, else 0.
+    # clip_fraction: masked mean of "ratio outside [1 - clip, 1 + clip]"; kl: the masked k3 mean when the
+    # penalty is on (ref_logps given and kl_coef > 0), else 0.0.
     ratio = torch.exp(logps - old_logps)
     per_token_advantage = advantages[:, None]
     objective = torch.min(ratio * per_token_advantage, ratio.clamp(1 - clip, 1 + clip) * per_token_advantage)

@@ -312,7 +312,7 @@ def main() -> None:
         report = sweep(lags, tuple(range(args.seeds)), args.steps, args.json)
         print("\n" + table(report) + "\n\n" + chart(report))
         print(f"\n{len(report['runs'])} runs in {report['seconds'] / 60:.1f} min; data in {args.json} "
-              "(koans viz --sweep draws it)")
+              f"(a page of it: koans viz --sweep {args.json})")
     if args.env_latency_ms:
         latencies = [float(x) for x in args.env_latency_ms.split(",")]
         print(f"Environment latency: chapter 10's job, {args.latency_steps} steps per mode and latency\n", flush=True)

@@ -51,7 +51,7 @@ from .ch10_qwen_grpo import masked_mean
 
 
 def truncated_importance_weights(proximal_logps: torch.Tensor, behaviour_logps: torch.Tensor, mask: torch.Tensor,
-                                 cap: float = 2.0) -> torch.Tensor:
+                                 cap: float | None = 2.0) -> torch.Tensor:
     """[N, T] per-token weights min(p_proximal / p_behaviour, cap); exactly 0 where mask is 0."""
     # >>> TODO(ch11): each token's importance weight, proximal over behaviour, capped at `cap`; 0 on padding
     # The weights carry no gradient (both inputs are log-probabilities computed without one). cap=None
@@ -67,7 +67,7 @@ def effective_sample_size(weights: torch.Tensor, mask: torch.Tensor) -> float:
     """(sum w)^2 / sum w^2 over the tokens where mask is 1, divided by their count: in (0, 1]."""
     # >>> TODO(ch11): the normalised effective sample size of the masked weights
     # Only tokens with mask 1 count, padding nowhere. Equal weights give 1.0; one weight far above
-    # the others gives about 1 / (number of tokens). No tokens at all: 1.0.
+    # the others gives about 1 / (number of tokens). No tokens, or only zero weights: 1.0.
     kept = weights[mask.bool()]
     if kept.numel() == 0 or float((kept * kept).sum()) == 0.0:
         return 1.0
@@ -76,7 +76,8 @@ def effective_sample_size(weights: torch.Tensor, mask: torch.Tensor) -> float:
 
 
 def decoupled_ppo_loss(logps: torch.Tensor, proximal_logps: torch.Tensor, behaviour_logps: torch.Tensor,
-                       advantages: torch.Tensor, mask: torch.Tensor, clip: float | None = 0.2, cap: float = 2.0):
+                       advantages: torch.Tensor, mask: torch.Tensor, clip: float | None = 0.2,
+                       cap: float | None = 2.0):
     """Decoupled PPO: the ratio to the proximal policy, clipped; each token weighted by w.
 
     logps (being trained), proximal_logps, behaviour_logps, mask: [N, T]; advantages: [N].
@@ -86,8 +87,9 @@ def decoupled_ppo_loss(logps: torch.Tensor, proximal_logps: torch.Tensor, behavi
     # >>> TODO(ch11): w * PPO's clipped objective against the proximal policy; its negative masked mean
     # w from truncated_importance_weights; r = p_current / p_proximal per token; the objective per
     # token is w * min(r * A, clip(r, 1 - clip, 1 + clip) * A), or w * r * A when clip is None.
-    # loss = -masked_mean(objective, mask). Stats: the ESS of w, the masked fraction of tokens whose r
-    # lies outside the clip range (0.0 without a clip), and the masked mean of w.
+    # loss = -masked_mean(objective, mask). Stats, each like the loss a masked_mean (per response, then
+    # over responses): "clip_fraction" of r outside [1 - clip, 1 + clip] (0.0 without a clip),
+    # "mean_weight" of w; and "ess", the effective_sample_size of w.
     weights = truncated_importance_weights(proximal_logps, behaviour_logps, mask, cap)
     ratio = torch.exp(logps - proximal_logps)
     per_token_advantage = advantages[:, None]
@@ -109,7 +111,7 @@ class AdmissionWindow:
     trained before it is more than `max_lag` versions old. Groups are trained in the order they were
     admitted, `batch_groups` per training step, so the group admitted as number k (0, 1, 2, ...) is
     trained in step k // batch_groups, by the learner at version k // batch_groups. A generator
-    holds weights no newer than the learner's; at worst exactly the learner's current version.
+    holds weights no newer than the learner's: at best exactly the learner's current version.
     """
 
     def __init__(self, max_lag: int, batch_groups: int):

@@ -202,7 +202,7 @@ def test_when_every_attempt_fails_the_error_lists_each_one(chapter, make_service
     attempts = caught.value.attempts
     outcomes = [a.outcome for a in attempts]
     # A death is normally reported ("died"), but when two replicas die moments apart Monarch sometimes
-    # reports the second only by silence, which route() sees as a timeout (seen on the 2-core CI machine).
+    # reports the second only by silence, which route() sees as a timeout.
     assert len(outcomes) == 2 and outcomes[0] == "died" and set(outcomes) <= {"died", "timeout"}, outcomes
     assert len({a.replica for a in attempts}) == 2, "each attempt went to a different replica"
     assert service.snapshot()["retries"] == 1, "two attempts: the first try and one retry"

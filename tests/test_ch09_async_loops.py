@@ -146,7 +146,7 @@ class Stub:
 @pytest.mark.todo("continuous_training")
 def test_the_training_loop_asks_for_the_current_version_and_retries_when_nothing_came(chapter):
     answers = iter([None, ["a"], ["b"], None, None, ["c"], ["d"]])
-    buffer = Stub(sample=lambda count, version: next(answers))
+    buffer = Stub(sample=lambda count, learner_version, timeout=None: next(answers))
     trained = []
 
     def train(batch):
@@ -169,7 +169,7 @@ def test_the_training_loop_sets_stop_even_when_training_fails(chapter):
     def train(batch):
         raise RuntimeError("the learner crashed")
 
-    buffer, learner, stop = Stub(sample=lambda count, version: ["a"]), Stub(train=train), asyncio.Event()
+    buffer, learner, stop = Stub(sample=lambda count, learner_version, timeout=None: ["a"]), Stub(train=train), asyncio.Event()
     with pytest.raises(RuntimeError, match="crashed"):
         asyncio.run(chapter.continuous_training(learner, buffer, 3, 4, stop))
     assert stop.is_set(), "stop must be set in a finally: otherwise the rollout loops would run forever"

@@ -1,7 +1,6 @@
 """Chapter 10: async GRPO on a Qwen2 policy. Run: pytest tests/test_ch10_qwen_grpo.py"""
 
 import asyncio
-import importlib
 import math
 import random
 

@@ -207,3 +207,83 @@ def test_a_learner_file_that_does_not_compile_is_reported_with_its_line(tmp_path
 
 def test_this_session_is_tagged_for_the_leftover_check():
     assert os.environ[harness.SESSION_TAG_ENV]
+
+
+def test_a_failure_summary_keeps_the_whole_error_and_only_the_learners_frames():
+    exercise = PROJECT_ROOT / "exercises" / "ch01_hello_actor.py"
+    line = next(n for n, text in enumerate(exercise.read_text().splitlines(), 1) if "def greet" in text)
+    remote = (
+        "Actor call greeter.greet failed.\n"
+        " Traceback of where the remote call failed (most recent call last):\n"
+        '  File "/venv/lib/python3.11/site-packages/monarch/_src/actor/actor_mesh.py", line 1822, in handle_sync\n'
+        "    result = the_method(*args, **kwargs)\n"
+        f'  File "{exercise}", line {line}, in greet\n'
+        "    self.greetings += 1\n"
+        "AttributeError: 'Greeter' object has no attribute 'greetings'"
+    )
+
+    class ActorError(Exception):
+        pass
+
+    def call_the_actor():
+        raise ActorError(remote)
+
+    with pytest.raises(ActorError) as info:
+        call_the_actor()
+    summary = harness.failure_summary(info)
+
+    assert summary["error"] == ("ActorError: Actor call greeter.greet failed.\n"
+                                "AttributeError: 'Greeter' object has no attribute 'greetings'")
+    files = [(frame["file"], frame["function"], frame["remote"]) for frame in summary["frames"]]
+    assert files == [("tests/test_harness.py", "test_a_failure_summary_keeps_the_whole_error_and_only_the_learners_frames", False),
+                     ("tests/test_harness.py", "call_the_actor", False),
+                     ("exercises/ch01_hello_actor.py", "greet", True)], "no frames of Monarch or pytest"
+    assert summary["frames"][-1]["line"] == line and summary["frames"][-1]["todo"] == "Greeter.greet"
+
+
+def test_the_hang_watch_names_the_pending_wait_once():
+    import threading
+
+    notices, noticed = [], threading.Event()
+
+    def notify(text, data):
+        notices.append(text)
+        noticed.set()
+
+    watch = harness.HangWatch(0.3, notify).start()
+    try:
+        watch.test_started("test_that_waits", harness.chapter_todos(find_chapter(1))[:1], 120)
+        assert noticed.wait(timeout=120), "a wait that does not end is noticed"  # the pending wait: this line
+        watch_line = next(n for n, text in enumerate(open(__file__).read().splitlines(), 1)
+                          if "the pending wait: this line" in text and "noticed.wait" in text)
+        time_to_repeat = threading.Event()
+        time_to_repeat.wait(1.0)  # a second notice would come in this time, and must not
+    finally:
+        watch.stop()
+    assert len(notices) == 1, notices
+    assert notices[0].startswith("Still waiting after") and "test_that_waits (it checks TODO Greeter.greet)" in notices[0]
+    assert f"It waits at   tests/test_harness.py:{watch_line}: assert noticed.wait(timeout=120)" in notices[0]
+    assert harness.LIKELY_HANG_CAUSE in notices[0]
+
+
+def test_the_workshop_fits_three_hours_and_each_estimate_follows_the_model():
+    from koans.course import figures
+    from koans.manifest import workshop
+
+    assert sum(c.minutes for c in workshop()) <= 180, "the workshop track is built for 3 hours"
+    for chapter in CHAPTERS:
+        model = figures(chapter).model_minutes
+        assert abs(chapter.minutes - model) <= 0.25 * model, (
+            f"{chapter.tag}: the manifest says {chapter.minutes} min, the model (koans/course.py) {model:.0f}")
+        assert chapter.track in ("workshop", "elective")
+        assert chapter.track == "workshop" or chapter.fits_after, f"{chapter.tag}: say where the elective fits"
+
+
+def test_every_todo_has_at_least_two_hints_and_every_hint_a_todo():
+    from koans.hints import HINTS
+
+    for chapter in CHAPTERS:
+        keys = [todo.key for todo in harness.chapter_todos(chapter)]
+        for key in keys:
+            assert len(chapter.hints_for(key)) >= 2, f"{chapter.tag} {key}: fewer than two hints"
+        assert set(HINTS.get(chapter.tag, {})) <= set(keys), f"{chapter.tag}: hints for TODOs that do not exist"

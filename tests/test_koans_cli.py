@@ -1,39 +1,117 @@
 """The `koans` runner, used as a learner and an instructor would: as a command, on a project copy.
 
-The copy has chapter 01 solved (its solution copied into exercises/) and chapter
-02 untouched. $KOANS_CHAPTERS=1,2 keeps the runner to those two, to stay fast.
+The shared copy has chapter 01 solved (its solution copied into exercises/) and
+chapter 02 untouched; $KOANS_CHAPTERS=1,2 keeps the runner to those two. Tests
+that only read share one copy and one run of `koans`; tests that edit files get
+their own copy. Nothing here sleeps a fixed time and then asserts: each wait is
+on a line of output or a file, with a generous limit, so a loaded machine is
+slower, never wrong.
 """
 
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
-from koans.manifest import find_chapter
+from koans.manifest import CHAPTERS, find_chapter
 from koans.stubgen import make_exercise
 from koans.verify import copy_project
 
 COPIED = ("conftest.py", "pyproject.toml", "koans", "solutions", "exercises", "tests", "docs")
 ENV = {"KOANS_CHAPTERS": "1,2"}
+LIMIT_S = 240  # for any one command: generous, for a loaded machine
+GREET_STUB = re.compile(r'raise NotImplementedError\("TODO\(ch01\): count this greeting[^"]*"\)')
 
 
-def make_copy(root):
+def make_copy(root, solved=(1,)):
     copy_project(root, COPIED)
-    shutil.copy2(root / "solutions" / "ch01_hello_actor.py", root / "exercises" / "ch01_hello_actor.py")
+    for number in solved:
+        name = find_chapter(number).source_file("solutions").name
+        shutil.copy2(root / "solutions" / name, root / "exercises" / name)
     return root
 
 
-def koans(root, *args, stdin=None, timeout=300):
-    import os
+def edit_greet(root, body):
+    """Write `body` in place of Greeter.greet's stub, as a learner would."""
+    exercise = root / "exercises" / "ch01_hello_actor.py"
+    text = exercise.read_text()
+    assert GREET_STUB.search(text), "the test expects Greeter.greet's stub"
+    exercise.write_text(GREET_STUB.sub(lambda _: body, text, count=1))
 
-    env = {**os.environ, **ENV}
+
+def environment(**extra):
+    env = {**os.environ, **ENV, **extra}
     env.pop("KOANS_IMPL", None)
-    done = subprocess.run([sys.executable, "-m", "koans", *args], cwd=root, env=env, input=stdin,
+    return {k: v for k, v in env.items() if v is not None}
+
+
+def koans(root, *args, stdin=None, timeout=LIMIT_S, **env):
+    done = subprocess.run([sys.executable, "-m", "koans", *args], cwd=root, env=environment(**env), input=stdin,
                           capture_output=True, text=True, timeout=timeout)
     return done.returncode, done.stdout + done.stderr
+
+
+class Follow:
+    """A running `koans` command whose output is read as it comes (a thread drains the pipe)."""
+
+    def __init__(self, root, *args, **env):
+        self.process = subprocess.Popen([sys.executable, "-m", "koans", *args], cwd=root, env=environment(**env),
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.lines: list[str] = []
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        for line in self.process.stdout:
+            with self._changed:
+                self.lines.append(line)
+                self._changed.notify_all()
+        with self._changed:
+            self._changed.notify_all()
+
+    @property
+    def text(self) -> str:
+        with self._changed:
+            return "".join(self.lines)
+
+    def wait_for(self, needle: str, timeout: float = LIMIT_S) -> str:
+        """Block until `needle` is in the output; the output so far."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while needle not in "".join(self.lines):
+                left = deadline - time.monotonic()
+                if left <= 0 or (self.process.poll() is not None and not self._reader.is_alive()):
+                    break
+                self._changed.wait(min(left, 1.0))
+            return "".join(self.lines)
+
+    def finish(self, timeout: float = LIMIT_S) -> tuple[int, str]:
+        try:
+            code = self.process.wait(timeout=timeout)
+        finally:
+            self.stop()
+        self._reader.join(timeout=10)
+        return code, self.text
+
+    def stop(self) -> None:
+        """Ends the command if it still runs (SIGTERM: koans then stops its pytest too)."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+
+def flat(text):
+    return " ".join(text.split())
 
 
 # Each test runs the runner, which runs pytest on chapters in subprocesses: allow for a slow machine.
@@ -45,39 +123,90 @@ def project(tmp_path_factory):
     return make_copy(tmp_path_factory.mktemp("learner"))
 
 
-def test_koans_says_which_chapters_are_done_and_explains_the_first_failure(project):
+@pytest.fixture(scope="module")
+def first_walk(project):
+    """`koans` once on the shared copy: runs chapter 01 (passes) and chapter 02 (to its first failure)."""
+    return koans(project)
+
+
+def state_of(root):
+    return json.loads((root / ".koans" / "state.json").read_text())
+
+
+def test_koans_walks_the_track_and_explains_the_first_failure(project, first_walk):
+    code, out = first_walk
+    assert code == 1, out
+    assert "Chapter 01: Hello, actor" in out and "9/9 tests pass: done." in out
+    assert "Chapter 02: Actor meshes and adverbs" in out
+    assert "0/12 tests pass; stopped at the first failure (11 not run)" in out, "how many passed, and that it stopped"
+    assert "First failure: test_call_reaches_every_actor" in out
+    assert "Not written yet: TODO(ch02)" in out and "exercises/ch02_actor_mesh.py:" in out, "which TODO, and where"
+    first_hint = find_chapter(2).hints_for("Worker.whoami")[0]
+    assert f"Hint for Worker.whoami (1 of 3): {flat(first_hint)}" in flat(out), "the failing TODO's first hint"
+
+
+def test_koans_does_not_rerun_a_chapter_that_passed_and_did_not_change(project, first_walk):
+    ran_at = state_of(project)["results"]["ch01"]["at"]
     code, out = koans(project)
     assert code == 1
-    assert "Chapter 01: Hello, actor: done (9/9)" in out
-    assert "Chapter 02: Actor meshes and adverbs" in out and "First failure: test_call_reaches_every_actor" in out
-    assert "Not written yet: TODO(ch02)" in out and "exercises/ch02_actor_mesh.py:" in out, "which TODO, and where"
-    assert "Hint: " + find_chapter(2).hints[0][:40] in " ".join(out.split()).replace(" Hint:", "\nHint:"), "the first hint"
+    assert "Chapter 01: Hello, actor: done (9/9; unchanged since it passed)" in out
+    assert state_of(project)["results"]["ch01"]["at"] == ran_at, "chapter 01 was not run again"
+    assert "First failure: test_call_reaches_every_actor" in out, "a chapter not done is run again"
 
 
-def test_list_shows_progress(project):
-    code, out = koans(project, "list")
+def test_list_shows_both_tracks_from_recorded_results_at_once(project, first_walk):
+    before = (project / ".koans" / "state.json").read_text()
+    started = time.monotonic()
+    code, out = koans(project, "list", KOANS_CHAPTERS=None)  # every chapter, both tracks
+    took = time.monotonic() - started
     assert code == 0
-    lines = out.splitlines()
-    assert any(line.startswith("01") and "done" in line and line.endswith("9/9") for line in lines), out
-    assert any(line.startswith("02") and "pending" in line and line.endswith("0/12") for line in lines), out
-    assert "[" + "#" * 15 + "." * 15 + "] 1/2 chapters done" in out
+    assert (project / ".koans" / "state.json").read_text() == before, "list runs nothing"
+    assert took < 30, f"list must answer from the record, not run chapters ({took:.1f} s)"
+    workshop, electives = out.index("Workshop track"), out.index("Electives")
+    assert workshop < electives
+    minutes = {track: sum(c.minutes for c in CHAPTERS if c.track == track) for track in ("workshop", "elective")}
+    assert f"~{minutes['workshop']} min in all" in out[workshop:electives]
+    assert f"~{minutes['elective']} min in all" in out[electives:]
+    rows = {line.split()[0]: line for line in out.splitlines() if re.match(r"\s+\d\d\s", line)}
+    expected = [f"{c.number:02d}" for c in CHAPTERS if c.track == "workshop"] + [
+        f"{c.number:02d}" for c in CHAPTERS if c.track == "elective"]
+    assert list(rows) == expected, "workshop first, then electives"
+    for number, line in rows.items():
+        cells = re.split(r"\s{2,}", line.strip())
+        assert len(cells) == 5, f"columns run together: {line!r}"
+        assert cells[0] == number and cells[1] == find_chapter(number).title
+    assert re.split(r"\s{2,}", rows["01"].strip())[2:] == ["15", "done", "9/9"]
+    assert re.split(r"\s{2,}", rows["02"].strip())[2:] == ["20", "pending", "0/12"]
+    assert re.split(r"\s{2,}", rows["04"].strip())[2:] == ["15", "not run", "-"]
 
 
-def test_check_reports_pass_and_fail_with_exit_codes(project):
-    code, out = koans(project, "check", "1")
-    assert code == 0 and "9/9 tests pass" in out and "Chapter 01 is done" in out
-    code, out = koans(project, "check", "2")
-    assert code == 1 and "0/12 tests pass" in out and "TODO(ch02)" in out
+def test_list_marks_a_chapter_stale_when_its_files_change(project, first_walk, tmp_path):
+    shutil.copytree(project, tmp_path / "copy", ignore=shutil.ignore_patterns("__pycache__"))
+    root = tmp_path / "copy"
+    test_file = root / "tests" / "test_ch01_hello_actor.py"
+    test_file.write_text(test_file.read_text() + "\n# a change\n")
+    code, out = koans(root, "list")
+    assert code == 0
+    assert re.search(r"01\s+Hello, actor\s+15\s+done \(stale\)\s+9/9", out), out
+    assert re.search(r"02\s+Actor meshes and adverbs\s+20\s+pending\s+0/12", out), out
 
 
-def test_hint_shows_one_more_hint_each_time(project):
-    hints = find_chapter(2).hints
+def test_hint_steps_through_the_hints_of_the_failing_todo(project, first_walk):
+    hints = find_chapter(2).hints_for("Worker.whoami")
     _, first = koans(project, "hint", "2")
     _, second = koans(project, "hint", "2")
-    assert "hint 1 of 4" in first and "hint 2 of 4" in second
-    flat_first, flat_second = " ".join(first.split()), " ".join(second.split())
-    assert hints[0][:50] in flat_first and hints[1][:50] not in flat_first
-    assert hints[0][:50] in flat_second and hints[1][:50] in flat_second
+    assert "hint 1 of 3 for Worker.whoami" in first and "hint 2 of 3 for Worker.whoami" in second
+    assert flat(hints[0]) in flat(first) and flat(hints[1]) not in flat(first)
+    assert flat(hints[0]) in flat(second) and flat(hints[1]) in flat(second)
+
+
+def test_check_takes_v_and_passes_arguments_after_dashes_to_pytest(project, first_walk):
+    recorded = state_of(project)["results"]["ch02"]
+    code, out = koans(project, "check", "2", "-v", "--", "-k", "sum_of_squares")
+    assert code == 1, out
+    assert re.search(r"^\s+failed\s+test_\w*sum_of_squares", out, flags=re.M), "-v shows each test as it finishes"
+    assert re.search(r"First failure: test_\w*sum_of_squares", out), "-k reached pytest"
+    assert state_of(project)["results"]["ch02"] == recorded, "a run with pytest arguments is not recorded"
 
 
 def test_an_unknown_chapter_is_a_clear_error(project):
@@ -85,65 +214,89 @@ def test_an_unknown_chapter_is_a_clear_error(project):
     assert code == 2 and "no chapter '99'" in out and "1 (hello_actor)" in out
 
 
-def test_grade_writes_gradescope_results(project):
-    code, out = koans(project, "grade", "--out", "results.json", "--time-limit", "240")
-    assert code == 0, out
-    results = json.loads((project / "results.json").read_text())
-    assert set(results) >= {"score", "tests", "output"}
-    assert results["score"] == pytest.approx(10.0, abs=0.01), "chapter 01 solved: its 10 points; chapter 02: none"
-    for entry in results["tests"]:
-        assert set(entry) == {"name", "score", "max_score", "status", "output"}
-        assert entry["status"] in ("passed", "failed")
-    ch02 = [t for t in results["tests"] if t["name"].startswith("ch02")]
-    assert len(ch02) == 12 and all(t["status"] == "failed" and t["score"] == 0 for t in ch02)
-    assert all("TODO(ch02)" in t["output"] for t in ch02), "each failure says which TODO"
-    assert sum(t["max_score"] for t in results["tests"]) == pytest.approx(20.0, abs=0.01)
+def test_a_syntax_error_is_one_line_naming_its_todo_and_pytest_does_not_run(tmp_path):
+    root = make_copy(tmp_path, solved=())
+    edit_greet(root, 'self.greetings_given += 1\n        return (f"Hello, {who}!"')
+    line = next(n for n, text in enumerate((root / "exercises" / "ch01_hello_actor.py").read_text().splitlines(), 1)
+                if 'return (f"Hello, {who}!"' in text)
+    code, out = koans(root, "check", "1")
+    assert code == 1
+    assert out.strip() == f"exercises/ch01_hello_actor.py:{line}: '(' was never closed  (in TODO Greeter.greet)"
+    assert state_of(root)["results"]["ch01"]["status"] == "syntax error"
+    # A chapter checks the files of the chapters it builds on (06 builds on 05).
+    supervision = root / "exercises" / "ch05_supervision.py"
+    supervision.write_text(supervision.read_text().replace("def classify(", "def classify(:", 1))
+    code, out = koans(root, "check", "6")
+    assert code == 1 and out.startswith("exercises/ch05_supervision.py:") and "(in TODO classify)" in out, out
 
 
-def test_grade_times_out_a_hanging_chapter_as_a_failure(tmp_path):
-    root = make_copy(tmp_path)
-    exercise = root / "exercises" / "ch01_hello_actor.py"
-    exercise.write_text(exercise.read_text().replace("        self.greetings_given += 1\n",
-                                                     "        self.greetings_given += 1\n        import time; time.sleep(3600)\n", 1))
-    code, out = koans(root, "grade", "--chapters", "1", "--out", "r.json", "--time-limit", "20")
-    results = json.loads((root / "r.json").read_text())
-    assert results["score"] == 0 and results["tests"][0]["status"] == "failed"
-    assert "Timed out" in results["tests"][0]["output"]
-
-
-def test_watch_rechecks_when_an_exercise_changes(tmp_path):
-    import os
-
-    root = make_copy(tmp_path)
-    env = {**os.environ, **ENV}
-    env.pop("KOANS_IMPL", None)
-    watcher = subprocess.Popen([sys.executable, "-m", "koans", "watch", "--interval", "0.2", "--max-checks", "2"],
-                               cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        seen = ""
-        deadline = time.monotonic() + 240
-        while "Watching exercises/" not in seen and time.monotonic() < deadline:
-            seen += watcher.stdout.readline()
-        assert "Watching exercises/" in seen, seen
-        target = root / "exercises" / "ch02_actor_mesh.py"
-        target.write_text(target.read_text() + "\n# an edit\n")
-        out, _ = watcher.communicate(timeout=240)
-        seen += out
-    finally:
-        watcher.kill()
-    assert "Changed: ch02_actor_mesh.py. Checking again" in seen
-    assert seen.count("Chapter 02: Actor meshes and adverbs") == 2, "checked once at start and once after the edit"
-
-
-def test_reset_restores_the_stub_and_keeps_the_learners_version(tmp_path):
+def test_reset_restores_the_stub_and_undo_brings_back_the_learners_version(tmp_path):
     root = make_copy(tmp_path)
     exercise = root / "exercises" / "ch01_hello_actor.py"
     solved = exercise.read_text()
     code, out = koans(root, "reset", "1", stdin="n\n")
     assert code == 1 and "Nothing changed" in out and exercise.read_text() == solved, "asks first; 'n' keeps the file"
+    code, out = koans(root, "reset", "1", "--undo")
+    assert code == 1 and "nothing to undo" in out, "no reset yet: a clear refusal"
     code, out = koans(root, "reset", "1", "--yes")
-    assert code == 0
+    assert code == 0 and "koans reset 1 --undo" in out
     solution = root / "solutions" / "ch01_hello_actor.py"
     assert exercise.read_text() == make_exercise(solution.read_text(), str(solution)), "the stub is back"
     backups = list((root / ".koans" / "backups").rglob("ch01_hello_actor.py"))
     assert len(backups) == 1 and backups[0].read_text() == solved, "the learner's version is kept"
+    code, out = koans(root, "reset", "1", "--undo")
+    assert code == 0 and str(backups[0].relative_to(root)) in out, "says which backup"
+    assert exercise.read_text() == solved, "the learner's version is back"
+    code, out = koans(root, "reset", "1", "--undo")
+    assert code == 1 and "nothing to undo" in out
+
+
+def test_watch_shows_the_whole_error_then_on_a_pass_checks_the_next_chapter(tmp_path):
+    root = make_copy(tmp_path, solved=())
+    edit_greet(root, 'self.greetings += 1\n        return f"Hello, {who}! I am {self.name} (greeting #{self.greetings})."')
+    watcher = Follow(root, "watch", "--interval", "0.2", "--max-checks", "2")
+    try:
+        before = watcher.wait_for("Watching exercises/")
+        assert "Watching exercises/" in before, before
+        # The whole error, and the learner's own line: nothing of it is cut away.
+        assert "AttributeError: 'Greeter' object has no attribute 'greetings'" in before, before
+        assert re.search(r"exercises/ch01_hello_actor.py:\d+ +\(in greet, TODO Greeter.greet, in the actor\)\n"
+                         r" +self.greetings \+= 1", before), before
+        assert "site-packages" not in before, "no frames of Monarch or pytest"
+        shutil.copy2(root / "solutions" / "ch01_hello_actor.py", root / "exercises" / "ch01_hello_actor.py")
+        code, out = watcher.finish()
+    finally:
+        watcher.stop()
+    after = out[len(before):]
+    assert code == 0
+    assert "Changed: ch01_hello_actor.py. Checking again" in after
+    assert "9/9 tests pass: done." in after
+    assert after.index("9/9 tests pass: done.") < after.index("Chapter 02: Actor meshes and adverbs"), \
+        "once chapter 01 passes, chapter 02 is checked at once"
+    assert "First failure: test_call_reaches_every_actor" in after
+
+
+def test_a_hang_is_noticed_once_while_it_runs_and_grade_times_it_out(tmp_path):
+    root = make_copy(tmp_path, solved=())
+    edit_greet(root, "import time; time.sleep(3600)")
+    grading = Follow(root, "grade", "--chapters", "1", "--out", "r.json", "--time-limit", "8")
+    checking = Follow(root, "check", "1", KOANS_HANG_NOTICE_S="3", KOANS_TEST_TIME_LIMIT="7", KOANS_TIMEOUT="60")
+    try:
+        notice = checking.wait_for("Likely cause")
+        assert "Chapter 01: Hello, actor" in notice and "First failure" not in notice, "shown while pytest runs"
+        assert "Still waiting after" in notice and "test_greet_returns_the_greeting" in notice
+        assert "TODO Greeter.greet" in notice, "the TODO the running test checks"
+        assert re.search(r"It waits at +tests/test_ch01_hello_actor.py:\d+: .*\.get\(", notice), notice
+        assert "exercises/ch01_hello_actor.py:" in notice and "time.sleep(3600)" in notice, "the learner's frame"
+        assert "a missing `await`/`.get()`, or an endpoint that never returns" in notice
+        code, out = checking.finish()
+        grade_code, _ = grading.finish()
+    finally:
+        checking.stop()
+        grading.stop()
+    assert code == 1
+    assert out.count("Still waiting after") == 1, "noticed once"
+    assert out.count("the test ran past its 7 s time limit") == 1, "the timeout is said once"
+    results = json.loads((root / "r.json").read_text())
+    assert grade_code == 0 and results["score"] == 0 and results["tests"][0]["status"] == "failed"
+    assert "Timed out" in results["tests"][0]["output"]

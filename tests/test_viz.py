@@ -52,6 +52,28 @@ def test_trace_reading_and_durations(tmp_path):
     assert "/*DATA*/" not in page and "http://" not in page and "https://" not in page, "self-contained, no network"
 
 
+def test_the_page_shows_the_measured_ratio_beside_the_replay(tmp_path):
+    spans = viz.read_trace(synthetic_trace(tmp_path / "trace.json"))
+    data = json.loads(viz.build_page(spans, "t", measured={"sync": 100.0, "async": 108.0, "machine": "m"})
+                      .split("const DATA = ", 1)[1].split(";\n", 1)[0])
+    assert data["measured"] == {"sync": 100.0, "async": 108.0, "machine": "m"}
+    (tmp_path / "compare.json").write_text('{"sync": 489.0, "async": 529.0, "machine": "2 cores"}')
+    assert viz.read_measured(tmp_path / "compare.json") == {"sync": 489.0, "async": 529.0, "machine": "2 cores"}
+    assert viz.read_measured(tmp_path / "missing.json") is None
+
+
+def test_the_sweep_page_draws_each_correction(tmp_path):
+    cells = {f"{lag}/{c}": {"mean": 0.1 * lag + 0.01 * i, "spread": 0.02, "mean_ess": 1.0 - 0.05 * lag}
+             for lag in (0, 2) for i, c in enumerate(("none", "clip", "tis", "decoupled"))}
+    report = {"lags": [0, 2], "corrections": ["none", "clip", "tis", "decoupled"], "seeds": [0], "steps": 3, "cells": cells}
+    (tmp_path / "sweep.json").write_text(json.dumps(report))
+    assert viz.main(None, str(tmp_path / "sweep.html"), sweep=str(tmp_path / "sweep.json")) == 0
+    page = (tmp_path / "sweep.html").read_text()
+    assert page.count("<polyline") == 4 and "0.23 &plusmn; 0.02" in page and "http" not in page
+    (tmp_path / "bad.json").write_text("{}")
+    assert viz.main(None, str(tmp_path / "x.html"), sweep=str(tmp_path / "bad.json")) == 2
+
+
 def test_a_missing_or_wrong_trace_says_what_to_do(tmp_path):
     with pytest.raises(viz.TraceError, match="python -m solutions.ch10_qwen_grpo --trace"):
         viz.read_trace(tmp_path / "none.json")
@@ -156,6 +178,7 @@ def test_slider_from_lock_step_to_async_raises_throughput_in_a_browser(tmp_path,
 
     assert [r[0] for r in readings] == [0, 1, 2, 3], "each right-arrow moves the slider one step"
     assert readings[0][3] == "0 (lock step)"
+    assert browser.text("#measured-ratio"), "the measured ratio (or how to measure it) sits beside the replay"
     # Lock step replays the measured schedule: 12 steps of 0.21 s generation + 0.22 s training.
     lock_step_throughput = 12 * 32 / (12 * (0.01 + 0.2 + 0.2 + 0.02))
     assert abs(readings[0][1] - lock_step_throughput) / lock_step_throughput < 0.02, readings[0]
