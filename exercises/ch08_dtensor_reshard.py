@@ -32,9 +32,7 @@ Your TODOs:
   4. ShardHolder.pull  the destination's side of a plan: read each piece by RDMA, copy it into place
 
 Given, safe to skip: ch08_plumbing.py (the DTensor meshes, the source side, the demo).
-Check:     pytest tests/test_ch08_dtensor_reshard.py     (or: koans check 8)
-Run demo:  python -m solutions.ch08_dtensor_reshard
-Read:      docs/08_dtensor_reshard.md
+Check: koans check 8    Demo: python -m solutions.ch08_dtensor_reshard    Read: docs/08_dtensor_reshard.md
 """
 
 from __future__ import annotations

@@ -35,9 +35,8 @@ Your TODOs:
   4. AdmissionWindow.admit          start a group only if it will be trained within the lag bound
 
 Given, safe to skip: ch11_plumbing.py (the lab, the latency experiment, the comparison with chapter 09).
-Check:     pytest tests/test_ch11_staleness.py     (or: koans check 11)
-Run lab:   python -m solutions.ch11_staleness --sweep      (also: --env-latency-ms 0,20,50,100, --waste)
-Read:      docs/11_staleness.md
+
+Check: koans check 11   Lab: python -m solutions.ch11_staleness --sweep   Read: docs/11_staleness.md
 """
 
 from __future__ import annotations

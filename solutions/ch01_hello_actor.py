@@ -20,9 +20,8 @@ Your TODOs:
   3. start_one_process     make a ProcMesh of one new process
   4. spawn_greeter         put a Greeter on any ProcMesh
 
-Check:     pytest tests/test_ch01_hello_actor.py    (or: koans check 1)
-Run demo:  python -m solutions.ch01_hello_actor     (yours: python -m exercises.ch01_hello_actor)
-Read:      docs/01_hello_actor.md
+Given, safe to skip: ch01_plumbing.py (the demo).
+Check: koans check 1    Demo: python -m solutions.ch01_hello_actor    Read: docs/01_hello_actor.md
 """
 
 import os

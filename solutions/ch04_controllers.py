@@ -26,9 +26,8 @@ Your TODOs:
   2. find_sink            get-or-spawn the sink by name
   3. Worker.work          do the work, then report to the sink found by name
 
-Check:     pytest tests/test_ch04_controllers.py     (or: koans check 4)
-Run demo:  python -m solutions.ch04_controllers
-Read:      docs/04_controllers.md
+Given, safe to skip: ch04_plumbing.py (the demo).
+Check: koans check 4    Demo: python -m solutions.ch04_controllers    Read: docs/04_controllers.md
 """
 
 from __future__ import annotations
