@@ -35,7 +35,6 @@ Your TODOs:
   4. AdmissionWindow.admit          start a group only if it will be trained within the lag bound
 
 Given, safe to skip: ch11_plumbing.py (the lab, the latency experiment, the comparison with chapter 09).
-
 Check: koans check 11   Lab: python -m solutions.ch11_staleness --sweep   Read: docs/11_staleness.md
 """
 
