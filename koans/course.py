@@ -81,11 +81,27 @@ def table(rows: list[Figures]) -> str:
     return "\n".join(out)
 
 
+APPENDIX = PROJECT_ROOT / "docs" / "appendix" / "course.md"
+
+
+def update_appendix(text: str) -> None:
+    """Put `text` in place of the table in docs/appendix/course.md (the code block after its last heading)."""
+    page = APPENDIX.read_text()
+    start = page.index("```\nch   track")
+    end = page.index("```", start + 3)
+    APPENDIX.write_text(page[:start] + "```\n" + text + "\n" + page[end:])
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    argparse.ArgumentParser(prog="python -m koans.course", description=__doc__.split("\n\n")[0]).parse_args(argv)
-    print(table([figures(c) for c in CHAPTERS]))
+    parser = argparse.ArgumentParser(prog="python -m koans.course", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--update", action="store_true", help="also write the table into docs/appendix/course.md")
+    args = parser.parse_args(argv)
+    text = table([figures(c) for c in CHAPTERS])
+    print(text)
+    if args.update:
+        update_appendix(text)
     return 0
 
 

@@ -229,4 +229,4 @@ def test_the_appendix_shows_the_course_figures_as_they_are():
 
     text = (PROJECT_ROOT / "docs" / "appendix" / "course.md").read_text()
     assert table([figures(c) for c in CHAPTERS]) in text, (
-        "docs/appendix/course.md: the table differs from `python -m koans.course`; paste its output there")
+        "docs/appendix/course.md: the table differs from the files; update it: python -m koans.course --update")
