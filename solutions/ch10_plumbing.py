@@ -203,7 +203,7 @@ class Job:
     @classmethod
     def start(cls, config: RunConfig, name: str = "grpo") -> "Job":
         procs = this_host().spawn_procs(per_host={"procs": 1})
-        store = procs.spawn(f"{name}_store", WeightStore)
+        store = procs.spawn(f"{name}_store", WeightStore, config.lease_timeout_s)
         buffer = procs.spawn(f"{name}_buffer", ReplayBuffer, config.max_lag)
         trainer = procs.spawn(f"{name}_trainer", Trainer, store, config)
         service = Service(Generator, store, config, replicas=config.generators, name=f"{name}_generator",

@@ -57,6 +57,7 @@ class RunConfig:
     kl_coef: float = 0.0  # > 0: a KL penalty towards the initial policy
     max_lag: int = 1
     generators: int = 2
+    lease_timeout_s: float = 10.0  # a dead generator's lease blocks a staging slot this long (ch07)
     dtype: str = "float32"
 
     def load_policy(self):
