@@ -181,6 +181,11 @@ def fresh_procs():
         made.append(this_host().spawn_procs(per_host=per_host))
         return made[-1]
 
+    def forget(procs):
+        """The test ended every process of `procs` itself: there is nothing left to stop."""
+        made.remove(procs)
+
+    make.forget = forget
     yield make
     for procs in made:
         harness.stop_procs(procs)

@@ -13,6 +13,7 @@ ten-line script behind a sentence of the docs, and prints nothing unless the cla
 
 import os
 import pickle
+import signal
 
 import pytest
 import torch
@@ -41,12 +42,17 @@ def test_a_death_spoils_only_its_own_process(fresh_procs, test_tag):
     probe.ping.call().get(timeout=TIMEOUT)
     with pytest.raises(SupervisionError):
         probe.slice(procs=1).die.call_one().get(timeout=TIMEOUT)
-    assert probe.slice(procs=0).ping.call_one().get(timeout=TIMEOUT), "the other process's actor still answers"
+    other_pid = probe.slice(procs=0).ping.call_one().get(timeout=TIMEOUT)
+    assert other_pid, "the other process's actor still answers"
     survivor = procs.slice(procs=0).spawn(f"survivor_{test_tag}", Probe)
     assert survivor.ping.call_one().get(timeout=TIMEOUT), "a spawn on a slice without the dead process works"
     covering = procs.spawn(f"covering_{test_tag}", Probe)
-    with pytest.raises(TimeoutError):  # no error comes back: the call just never completes
-        covering.ping.call().get(timeout=5)
+    try:
+        with pytest.raises(TimeoutError):  # no error comes back: the call just never completes
+            covering.ping.call().get(timeout=5)
+    finally:  # the pending spawn keeps this mesh from stopping cleanly: end its last process ourselves
+        os.kill(other_pid, signal.SIGKILL)
+        fresh_procs.forget(procs)
 
 
 def test_a_failed_constructor_answers_nothing_and_its_process_takes_no_new_actor(fresh_procs, test_tag):
