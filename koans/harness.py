@@ -237,7 +237,7 @@ def locate(todo: Todo, impl: str) -> str:
     line = next((n for n, text in enumerate(lines, 1) if stub in text), None)
     started = ""
     if line is None:
-        started = ", changed by you"
+        started = ", changed by you" if impl == "exercises" else ""
         line = next((n for n, text in enumerate(lines, 1) if re.match(rf"\s*(async\s+)?def {re.escape(name)}\b", text)), 1)
     return f"{path.relative_to(PROJECT_ROOT)}:{line}  ({todo.key}{started})"
 
