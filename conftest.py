@@ -46,11 +46,7 @@ def pytest_addoption(parser):
                     help="append progress events as JSON lines while the session runs (used by the koans CLI)")
 
 
-_CONFIG = []  # this session's config, for hooks that are not given it
-
-
 def pytest_configure(config):
-    _CONFIG[:] = [config]
     impl = harness.selected_impl(config.getoption("--impl"))
     os.environ[harness.IMPL_ENV] = impl  # seen by helpers and by the processes we spawn
     config.koans_impl = impl
@@ -229,20 +225,20 @@ def pytest_collection_finish(session):
     session.config.koans_progress.event("collected", count=len(session.items))
 
 
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_protocol(item, nextitem):
+    config = item.config
     todos = _marked_todos(item)
     if chapter_for_module(item.path.stem) is not None:  # a learner's chapter: say where a hang waits
-        item.config.koans_hang_watch.test_started(item.name, todos, _time_limit(item))
-    item.config.koans_progress.event("start", nodeid=item.nodeid, name=item.name, todos=[t.key for t in todos])
-
-
-def pytest_runtest_logfinish(nodeid, location):
-    config = _CONFIG[0]
-    config.koans_hang_watch.test_finished()
-    entry = config.koans_results.entry(nodeid)
-    if entry is not None:
-        config.koans_progress.event("done", **entry)
+        config.koans_hang_watch.test_started(item.name, todos, _time_limit(item))
+    config.koans_progress.event("start", nodeid=item.nodeid, name=item.name, todos=[t.key for t in todos])
+    try:
+        return (yield)  # setup, call and teardown, each reported
+    finally:
+        config.koans_hang_watch.test_finished()
+        entry = config.koans_results.entry(item.nodeid)
+        if entry is not None:
+            config.koans_progress.event("done", **entry)
 
 
 @pytest.hookimpl(wrapper=True)

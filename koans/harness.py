@@ -254,16 +254,24 @@ def todos_named_in_text(text: str) -> list[Todo]:
     return found
 
 
-def error_text(exc: BaseException) -> str:
-    """The exception, its remote original (Monarch's ActorError.exception) and its causes."""
-    parts, seen = [], set()
+def exception_chain(exc: BaseException | None, honour_suppress: bool = False):
+    """`exc`, then its cause or context, and so on (each once). With `honour_suppress`, a context
+    hidden by `raise ... from None` ends the chain, as in a printed traceback."""
+    seen = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or (None if honour_suppress and exc.__suppress_context__ else exc.__context__)
+
+
+def error_text(exc: BaseException) -> str:
+    """The exception, its remote original (Monarch's ActorError.exception) and its causes."""
+    parts = []
+    for exc in exception_chain(exc):
         parts.append(f"{type(exc).__name__}: {exc}")
         remote = getattr(exc, "exception", None)
         if isinstance(remote, BaseException):
             parts.append(f"{type(remote).__name__}: {remote}")
-        exc = exc.__cause__ or exc.__context__
     return "\n".join(parts)
 
 
@@ -406,19 +414,13 @@ def failure_summary(excinfo) -> dict:
                  "source": "self.count += 1", "remote": True, "todo": "Greeter.greet"}, ...]}
     """
     frames: list[dict] = []
-    for frame, lineno in traceback.walk_tb(excinfo.tb):
-        path = project_path(frame.f_code.co_filename)
-        if path is not None:
-            frames.append(_frame(path, lineno, frame.f_code.co_name, False))
     lines: list[str] = []
-    exc, seen = excinfo.value, set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if exc is not excinfo.value:  # a cause: its own frames in the learner's files
-            for frame, lineno in traceback.walk_tb(exc.__traceback__):
-                path = project_path(frame.f_code.co_filename)
-                if path is not None:
-                    frames.append(_frame(path, lineno, frame.f_code.co_name, False))
+    for exc in exception_chain(excinfo.value, honour_suppress=True):
+        # The failure's own frames as pytest caught it; a cause's, from its own traceback.
+        for frame, lineno in traceback.walk_tb(excinfo.tb if exc is excinfo.value else exc.__traceback__):
+            path = project_path(frame.f_code.co_filename)
+            if path is not None:
+                frames.append(_frame(path, lineno, frame.f_code.co_name, False))
         remote = "ActorError" in type(exc).__name__ or "Supervision" in type(exc).__name__
         message = str(exc)
         if type(exc).__name__ == "Failed":  # pytest.fail(...): the message is the story
@@ -433,7 +435,6 @@ def failure_summary(excinfo) -> dict:
             line = f"{type(original).__name__}: {original}"
             if not any(line.strip() == kept.strip() for kept in lines):
                 lines += _strip_tracebacks(line, frames, True).splitlines()
-        exc = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
     unique, seen_frames = [], set()
     for frame in frames:
         key = (frame["file"], frame["line"], frame["remote"])
