@@ -9,7 +9,7 @@ import os
 os.environ.setdefault("HYPERACTOR_MESH_SUPERVISION_POLL_FREQUENCY", "1s")
 
 # Without an RDMA card, Monarch's RDMA falls back to TCP. There, cutting each read into pieces of
-# 4 MB reads about 1.5x faster than Monarch's default on a small machine, and reads issued together
-# faster still (docs/appendix/benchmarks.md). With an RDMA card, Monarch's default stands.
+# 4 MB made a single read about 1.1x faster than Monarch's default on a 2-core machine, and reads
+# issued together 1.3-1.6x (docs/appendix/benchmarks.md). With an RDMA card, Monarch's default stands.
 if not (os.path.isdir("/sys/class/infiniband") and os.listdir("/sys/class/infiniband")):
     os.environ.setdefault("MONARCH_RDMA_MAX_CHUNK_SIZE_MB", "4")
