@@ -433,21 +433,22 @@ async def load_snapshot(targets: Mapping[str, torch.Tensor], layout: Layout, sou
     to hold a reader in the middle of a read). When this returns, every copy
     has finished, GPU copies included: the slot may be handed back.
     """
-    names = list(targets)
+    entries = {name: layout.entry(name) for name in targets}
+    names = list(entries)
     halves = [names[: (len(names) + 1) // 2], names[(len(names) + 1) // 2 :]]
     written: set[tuple] = set()
     for number, part in enumerate(halves):
-        await source.fetch([layout.entry(name) for name in part])
+        await source.fetch([entries[name] for name in part])
         for name in part:
             target = targets[name]
             key = (target.untyped_storage().data_ptr(), target.storage_offset(), tuple(target.shape))
             if key not in written:
                 written.add(key)
                 with torch.no_grad():
-                    target.copy_(source.view(layout.entry(name)))
+                    target.copy_(source.view(entries[name]))
         if number == 0 and halfway is not None:
             await halfway()
-    if any(t.is_cuda for t in targets.values()) or getattr(getattr(source, "flat", None), "is_cuda", False):
+    if any(t.is_cuda for t in targets.values()) or source.flat.is_cuda:
         torch.cuda.synchronize()  # device copies are asynchronous: finish them before the lease goes back
 
 
