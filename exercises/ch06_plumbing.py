@@ -247,6 +247,6 @@ async def chaos_demo() -> None:
 
 
 def main() -> None:
-    args, _ = demo_options(f"{__package__}.ch06_service", "Chapter 06's demo: a service over three replicas.",
-                           (("--chaos", "240 requests, four at a time, while replica processes are killed"),))
+    args = demo_options(f"{__package__}.ch06_service", "Chapter 06's demo: a service over three replicas.",
+                        (("--chaos", "240 requests, four at a time, while replica processes are killed"),))
     asyncio.run(chaos_demo() if args.chaos else demo())

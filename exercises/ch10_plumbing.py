@@ -30,7 +30,7 @@ from monarch.actor import Actor, endpoint, this_host
 
 from .ch06_plumbing import kill_replica
 from .ch06_service import Service
-from .ch07_plumbing import wait_for_version
+from .ch07_plumbing import ask, wait_for_version
 from .ch07_transports import state_fingerprint
 from .ch07_weight_sync import SnapshotReader, WeightPublisher, WeightStore
 from .ch09_async_loops import ReplayBuffer, continuous_training
@@ -181,11 +181,6 @@ class Trainer(Actor):
     async def close(self) -> None:
         if self.publisher is not None:
             await self.publisher.close()
-
-
-async def ask(endpoint, *args, timeout: float = TIMEOUT):
-    """One call to a single actor, awaited at most `timeout` seconds."""
-    return await asyncio.wait_for(endpoint.call_one(*args), timeout)
 
 
 @dataclass

@@ -26,16 +26,12 @@ def run_demo(main: Callable[[], None]) -> None:
         sys.exit(1)
 
 
-def demo_options(module: str, description: str, flags: tuple[tuple[str, str], ...] = (),
-                 passthrough: bool = False) -> tuple[argparse.Namespace, list[str]]:
+def demo_options(module: str, description: str, flags: tuple[tuple[str, str], ...] = ()) -> argparse.Namespace:
     """The command line of a chapter's demo: `python -m <module> --help` lists its flags.
 
-    `flags` are on/off switches, (name, help). With `passthrough`, arguments this parser does not
-    know are handed back (a benchmark parses them itself); otherwise they are an error.
+    `flags` are on/off switches, (name, help); any other argument is an error.
     """
     parser = argparse.ArgumentParser(prog=f"python -m {module}", description=description)
     for name, text in flags:
         parser.add_argument(name, action="store_true", help=text)
-    if passthrough:
-        return parser.parse_known_args()
-    return parser.parse_args(), []
+    return parser.parse_args()

@@ -41,6 +41,11 @@ def make_policy(recipe: str, seed: int) -> torch.nn.Module:
     raise ValueError(f"unknown recipe {recipe!r}: use 'mlp' or 'qwen2'")
 
 
+async def ask(endpoint, *args, timeout: float = TIMEOUT):
+    """One call to a single actor, awaited at most `timeout` seconds."""
+    return await asyncio.wait_for(endpoint.call_one(*args), timeout)
+
+
 async def wait_for_version(store: WeightStore, version: int, timeout: float = TIMEOUT) -> None:
     """Return once the store's latest version is at least `version`.
 
@@ -171,9 +176,6 @@ class PolicyGenerator(Actor):
 
 async def demo() -> None:
     print("Chapter 07: weight sync without process groups\n")
-
-    async def ask(endpoint, *args):
-        return await asyncio.wait_for(endpoint.call_one(*args), TIMEOUT)
 
     procs = this_host().spawn_procs(per_host={"procs": 3})
     try:
