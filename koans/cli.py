@@ -37,10 +37,10 @@ from pathlib import Path
 from koans.manifest import (
     CHAPTERS, PROJECT_ROOT, Chapter, electives, find_chapter, fingerprint_files, selected_chapters, todos_of, workshop,
 )
+from koans.results import LIKELY_HANG_CAUSE
 from koans.runner import CHAPTER_TIME_LIMIT_S, ChapterRun, run_chapter
 
 WIDTH = 96
-LIKELY_HANG_CAUSE = "a missing `await`/`.get()`, or an endpoint that never returns"  # as koans.harness says it
 
 # ---------------------------------------------------------------- state: .koans/state.json
 #
@@ -232,25 +232,24 @@ class _Live:
             print(f"    {event['outcome']:<8} {event['name']}  ({event.get('duration_s', 0):.1f} s)", flush=True)
 
 
-_UNCHECKED = object()
-
-
-def _run(chapter: Chapter, *, first_failure_only: bool = True, extra_args: tuple[str, ...] = (),
-         verbose: bool = False, syntax=_UNCHECKED) -> tuple[ChapterRun, _Live]:
+def _run(chapter: Chapter, *, announce: bool = False, first_failure_only: bool = True,
+         extra_args: tuple[str, ...] = (), verbose: bool = False) -> ChapterRun:
     """Run a chapter against exercises/ and record the result (unless pytest got extra arguments,
-    which may leave tests out). A file that does not compile is reported without running pytest."""
+    which may leave tests out). A file that does not compile is reported without running pytest.
+    With `announce`, the chapter's header is printed first when its file compiles."""
     fingerprint = _fingerprint(chapter)
-    live = _Live(verbose)
-    problem = syntax_problem(chapter) if syntax is _UNCHECKED else syntax
+    problem = syntax_problem(chapter)
+    if problem is None and announce:
+        _header(chapter)
     if problem:
         run = ChapterRun(chapter, "exercises", returncode=2, syntax_error=problem)
     else:
         detail = ("--koans-tracebacks", "--tb=short") if verbose else ()  # the traceback too, each frame short
         run = run_chapter(chapter, "exercises", extra_args=detail + extra_args, first_failure_only=first_failure_only,
-                          on_event=live)
+                          on_event=_Live(verbose))
     if not extra_args:
         _record(chapter, run, fingerprint)
-    return run, live
+    return run
 
 
 # ---------------------------------------------------------------- reporting a run
@@ -281,12 +280,12 @@ def _show_summary(summary: dict) -> None:
         print(textwrap.indent(summary["error"], "    "))
 
 
-def _show_failure(chapter: Chapter, run: ChapterRun, live: _Live, verbose: bool) -> None:
+def _show_failure(chapter: Chapter, run: ChapterRun, verbose: bool) -> None:
     failure = run.first_failure
     if run.timed_out:
         running = f"; {run.running['name']} was running" if run.running else ""
         print(f"  The tests did not finish within the chapter's time limit ({run.time_limit_s:g} s){running}.")
-        if not live.hang_shown:
+        if not run.hangs:  # a hang notice, already shown while the tests ran, said where and why
             print(f"  Something waits forever: {LIKELY_HANG_CAUSE}.")
     if failure is None:
         if not run.timed_out and not run.tests:
@@ -324,7 +323,7 @@ def _header(chapter: Chapter) -> None:
     print(f"Chapter {chapter.number:02d}: {chapter.title}   ({_rel(chapter.source_file('exercises'))})", flush=True)
 
 
-def show_run(chapter: Chapter, run: ChapterRun, live: _Live, verbose: bool = False) -> int:
+def show_run(chapter: Chapter, run: ChapterRun, verbose: bool = False) -> int:
     """Print a chapter's result (its header is printed before it runs); 0 if it passed."""
     if run.syntax_error:
         print(run.syntax_error)
@@ -333,7 +332,7 @@ def show_run(chapter: Chapter, run: ChapterRun, live: _Live, verbose: bool = Fal
     if run.passed:
         print(f"  Chapter {chapter.number:02d} is done. Read docs/{chapter.doc_file.name} for the why.")
         return 0
-    _show_failure(chapter, run, live, verbose)
+    _show_failure(chapter, run, verbose)
     if not run.tests and not run.timed_out:
         return 1  # pytest's own words say it all (no test selected, a collection error)
     _show_hint(chapter, run.first_failure or (run.running if run.timed_out else None))
@@ -347,11 +346,8 @@ def cmd_check(chapter: Chapter, verbose: bool = False, extra_args: tuple[str, ..
     if chapter.gpu_missing():
         print(f"Chapter {chapter.number:02d}: skipped: this chapter needs a CUDA GPU and none is visible here")
         return 0
-    problem = syntax_problem(chapter)
-    if problem is None:
-        _header(chapter)
-    run, live = _run(chapter, extra_args=extra_args, verbose=verbose, syntax=problem)
-    return show_run(chapter, run, live, verbose)
+    run = _run(chapter, announce=True, extra_args=extra_args, verbose=verbose)
+    return show_run(chapter, run, verbose)
 
 
 # ---------------------------------------------------------------- the track
@@ -395,15 +391,12 @@ def walk(quiet_when_unchanged: bool = False) -> int:
                       f"({entry.get('passed')}/{entry.get('total')}; unchanged since it passed)")
                 _elective_after(chapter)
             continue
-        problem = syntax_problem(chapter)
-        if problem is None:
-            _header(chapter)
-        run, live = _run(chapter, syntax=problem)
+        run = _run(chapter, announce=True)
         if run.passed:
             print(f"  {_counts(run)}: done.", flush=True)
             _elective_after(chapter)
             continue
-        return show_run(chapter, run, live)
+        return show_run(chapter, run)
     if explicit:
         print("\nEvery chapter you chose ($KOANS_CHAPTERS) passes. Well done.")
         return 0
@@ -430,8 +423,7 @@ def _table(rows: list[tuple[str, ...]], header: tuple[str, ...], right: set[int]
     return lines
 
 
-def _list_row(chapter: Chapter, state: dict) -> tuple[str, ...]:
-    entry, fresh = _recorded(chapter, state)
+def _list_row(chapter: Chapter, entry: dict | None, fresh: bool) -> tuple[str, ...]:
     if entry is None:
         status, tests = "not run", "-"
     else:
@@ -451,18 +443,19 @@ def cmd_list(refresh: bool = False) -> int:
             _run(chapter, first_failure_only=False)
         print()
     state = _load_state()
+    recorded = {c: _recorded(c, state) for c in CHAPTERS if c in chosen}  # (entry, fresh): each fingerprint once
     header = ("#", "chapter", "min", "status", "tests")
     for name, track in (("Workshop track", workshop()), ("Electives", electives())):
         chapters = [c for c in track if c in chosen]
         if not chapters:
             continue
-        rows = [_list_row(c, state) for c in chapters]
-        done = sum(1 for c in chapters if _is_done(c, state))
+        rows = [_list_row(c, *recorded[c]) for c in chapters]
+        done = sum(1 for c in chapters if recorded[c][1] and recorded[c][0].get("status") == "done")
         print(f"{name}: {done} of {len(chapters)} done, ~{sum(c.minutes for c in chapters)} min in all")
         for line in _table(rows, header, right={2, 4}):
             print("  " + line)
         print()
-    stale = [c for c in CHAPTERS if c in chosen and _recorded(c, state)[0] and not _recorded(c, state)[1]]
+    stale = [c for c, (entry, fresh) in recorded.items() if entry and not fresh]
     print("Results as last recorded by koans / koans check / koans watch"
           + ("; stale: files changed since." if stale else ".") + " Re-run them all: koans list --refresh")
     return 0
@@ -477,7 +470,7 @@ def cmd_hint(chapter: Chapter) -> int:
     state = _load_state()
     entry, _ = _recorded(chapter, state)
     failure = (entry or {}).get("first_failure")
-    key = failing_todo(chapter, failure) if failure else _default_todo(chapter)
+    key = failing_todo(chapter, failure)
     hints = chapter.hints_for(key) if key else ()
     if not hints:
         print(f"Chapter {chapter.number:02d} has no hints. The concepts: docs/{chapter.doc_file.name}")

@@ -26,6 +26,7 @@ import monarch.actor
 from monarch.actor import Actor, endpoint
 
 from koans.manifest import IMPL_ENV, PROJECT_ROOT, Chapter, find_chapter
+from koans.results import LIKELY_HANG_CAUSE
 from koans.stubgen import Todo, find_todos
 
 IMPLS = ("exercises", "solutions")
@@ -445,8 +446,6 @@ def failure_summary(excinfo) -> dict:
 
 
 # ---------------------------------------------------------------- hang notices
-
-LIKELY_HANG_CAUSE = "a missing `await`/`.get()`, or an endpoint that never returns"
 
 
 def _innermost_project_frame(frame, modules: bool = False) -> tuple[Path, int, str] | None:

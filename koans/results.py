@@ -17,6 +17,9 @@ import json
 import threading
 from pathlib import Path
 
+#: What a wait that never ends usually is: said by the hang notice (koans.harness) and by the runner (koans.cli).
+LIKELY_HANG_CAUSE = "a missing `await`/`.get()`, or an endpoint that never returns"
+
 
 class ResultLog:
     """Collects one entry per test from its setup/call/teardown reports."""

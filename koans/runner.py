@@ -38,7 +38,6 @@ class ChapterRun:
     timed_out: bool = False
     leftover_processes: list[int] = field(default_factory=list)
     collected: int | None = None  # tests pytest collected (more than ran when it stopped at a failure)
-    first_failure_only: bool = False  # run with -x: stop at the first failure
     running: dict | None = None  # the test that was running when the time limit struck
     hangs: list[dict] = field(default_factory=list)  # hang notices, as they were sent
     syntax_error: str | None = None  # set by the CLI instead of running pytest at all
@@ -105,7 +104,7 @@ def run_chapter(
         ]
         run_env = {**os.environ, **(env or {})}
         run_env.pop(IMPL_ENV, None)  # the --impl option decides
-        run = ChapterRun(chapter, impl, returncode=-1, first_failure_only=first_failure_only, time_limit_s=time_limit_s)
+        run = ChapterRun(chapter, impl, returncode=-1, time_limit_s=time_limit_s)
         done_tests: dict[str, dict] = {}
         offset, deadline = 0, time.monotonic() + time_limit_s
 
