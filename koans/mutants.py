@@ -66,11 +66,6 @@ def apply_mutant(source: str, path: str, mutant: Mutant) -> str:
 
 def write_mutated_copy(chapter: Chapter, mutant: Mutant, into: Path) -> None:
     """A copy of the project in `into` whose exercises are the solutions, with `mutant` applied."""
-    from koans.verify import copy_project
+    from koans.verify import copy_project_with_exercise
 
-    copy_project(into)
-    import shutil
-
-    shutil.copytree(PROJECT_ROOT / "solutions", into / "exercises", ignore=shutil.ignore_patterns("__pycache__"))
-    solution = PROJECT_ROOT / "solutions" / f"{chapter.module}.py"
-    (into / "exercises" / solution.name).write_text(apply_mutant(solution.read_text(), str(solution), mutant))
+    copy_project_with_exercise(chapter, lambda text, path: apply_mutant(text, path, mutant), into)

@@ -78,15 +78,20 @@ def copy_project(into: Path, names: tuple[str, ...] = COPIED) -> None:
             shutil.copy2(source, into / name)
 
 
-def copy_project_with_one_stub(chapter: Chapter, todo_key: str, into: Path) -> None:
-    """Copy the project into `into`, with exercises = solutions except one stubbed TODO."""
+def copy_project_with_exercise(chapter: Chapter, make_text, into: Path) -> None:
+    """Copy the project into `into`, with exercises = solutions except the chapter's own file, which
+    becomes `make_text(solution_text, solution_path)`."""
     copy_project(into)
     shutil.copytree(PROJECT_ROOT / "solutions", into / "exercises", ignore=shutil.ignore_patterns("__pycache__"))
     solution = PROJECT_ROOT / "solutions" / f"{chapter.module}.py"
+    (into / "exercises" / solution.name).write_text(make_text(solution.read_text(), str(solution)))
+
+
+def copy_project_with_one_stub(chapter: Chapter, todo_key: str, into: Path) -> None:
+    """Copy the project into `into`, with exercises = solutions except one stubbed TODO."""
     keys = {todo.key for todo in chapter_todos(chapter)}
-    (into / "exercises" / solution.name).write_text(
-        make_exercise(solution.read_text(), str(solution), keep_solved=frozenset(keys - {todo_key}))
-    )
+    copy_project_with_exercise(
+        chapter, lambda text, path: make_exercise(text, path, keep_solved=frozenset(keys - {todo_key})), into)
 
 
 def check_each_todo(chapter: Chapter) -> bool:
@@ -94,7 +99,7 @@ def check_each_todo(chapter: Chapter) -> bool:
     for todo in chapter_todos(chapter):
         with tempfile.TemporaryDirectory(prefix=f"koans-{chapter.tag}-") as tmp:
             copy_project_with_one_stub(chapter, todo.key, Path(tmp))
-            run = run_chapter(chapter, "exercises", root=Path(tmp), extra_args=("-x",))
+            run = run_chapter(chapter, "exercises", root=Path(tmp), first_failure_only=True)
         first = run.first_failure
         if first is None:
             outcome = "timed out before any test failed" if run.timed_out else "fails NO TEST"
@@ -123,7 +128,7 @@ def check_mutants(chapter: Chapter, sample: bool) -> tuple[bool, dict]:
     for mutant in mutants:
         with tempfile.TemporaryDirectory(prefix=f"koans-mutant-{chapter.tag}-") as tmp:
             write_mutated_copy(chapter, mutant, Path(tmp))
-            run = run_chapter(chapter, "exercises", root=Path(tmp), extra_args=("-x",), env=env)
+            run = run_chapter(chapter, "exercises", root=Path(tmp), first_failure_only=True, env=env)
         first = run.first_failure
         hit = first is not None and mutant.todo in first["todos"]
         caught += hit
