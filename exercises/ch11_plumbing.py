@@ -33,10 +33,6 @@ from .ch10_qwen_grpo import TIMEOUT, RunConfig, group_advantages, grpo_loss, res
 from .ch11_staleness import AdmissionWindow, decoupled_ppo_loss, effective_sample_size, truncated_importance_weights
 
 CORRECTIONS = ("none", "clip", "tis", "decoupled")
-DESCRIBED = {"none": "no correction (plain policy gradient on stale data)",
-             "clip": "the clip alone, against the generating policy (chapter 10)",
-             "tis": "truncated importance sampling (w, no clip)",
-             "decoupled": "decoupled PPO (w, and the clip against the proximal policy)"}
 
 
 # --- The lab ----------------------------------------------------------------------------------
@@ -154,7 +150,7 @@ def sweep(lags=(0, 1, 2, 4, 8), seeds=(0, 1, 2), steps: int = 100, out: str | No
         for correction in CORRECTIONS:
             for seed in seeds:
                 run = lab_run(lag, correction, seed, steps)
-                runs.append({k: v for k, v in run.items()})
+                runs.append(run)
                 if not quiet:
                     print(f"  lag {lag}  {correction:<9} seed {seed}: final reward {run['final_reward']:.2f}  "
                           f"mean ESS {run['mean_ess']:.2f}", flush=True)

@@ -18,7 +18,6 @@ sized to finish in about 9 minutes on one H100.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import subprocess
@@ -89,7 +88,7 @@ def grpo(impl: str = "solutions", steps: int = 12) -> dict:
                                     groups_per_step=8, group_size=8)
     figures = {}
     for mode in ("sync", "async"):
-        run = asyncio.run(plumbing.train_async(config, mode, name=f"gpu_{mode}"))
+        run = plumbing.train(config, mode, name=f"gpu_{mode}")
         summary = plumbing.summary(run, config)
         figures[mode] = {"samples_per_s": summary["samples_per_s"], "seconds": summary["seconds"],
                          "publish_ms": summary["publish_ms"], "load_ms": summary["load_ms"],

@@ -78,6 +78,18 @@ def _chapter(module_name: str) -> ModuleType:
     return importlib.import_module(module_name)
 
 
+def best_copy_gbps(nbytes: int, copy, cuda: bool = False) -> float:
+    """GB/s of the best of 3 runs of `copy()`, which moves `nbytes` (waiting for the GPU when `cuda`)."""
+    times = []
+    for _ in range(3):
+        started = time.perf_counter()
+        copy()
+        if cuda:
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - started)
+    return nbytes / min(times) / 1e9
+
+
 class BenchTrainer(Actor):
     """A trainer whose step is a sleep plus a tiny in-place update, then a publish."""
 
@@ -131,14 +143,7 @@ class BenchTrainer(Actor):
         """Best of 3 plain copies of the same number of bytes, in this process."""
 
         def best(copy) -> float:
-            times = []
-            for _ in range(3):
-                started = time.perf_counter()
-                copy()
-                if self.device == "cuda":
-                    torch.cuda.synchronize()
-                times.append(time.perf_counter() - started)
-            return self.nbytes / min(times) / 1e9
+            return best_copy_gbps(self.nbytes, copy, cuda=self.device == "cuda")
 
         host_a, host_b = torch.ones(self.nbytes, dtype=torch.uint8), torch.empty(self.nbytes, dtype=torch.uint8)
         limits = {"memcpy_gbps": best(lambda: host_b.copy_(host_a))}

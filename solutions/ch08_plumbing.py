@@ -173,7 +173,6 @@ def main() -> None:
                                                        ("2 x Shard(1)", [Shard(1)], "4 x Replicate", [Replicate()])]:
         qwen_plan = _chapter().plan_transfer(qwen, (2,), src_layout, (4,), dst_layout)
         moved = bytes_moved(qwen_plan, 2)
-        naive = naive_bytes(qwen, (4,), 2)
         pieces = sum(len(p) for p in qwen_plan.values())
         print(f"  {src_name:<16}{dst_name:<14}{pieces:>7}{moved / 2**20:>11.1f}{100 * moved / naive['all_gather']:>14.0f}%"
               f"{100 * moved / naive['gather_then_scatter']:>18.0f}%")
