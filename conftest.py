@@ -229,8 +229,11 @@ def pytest_collection_finish(session):
 def pytest_runtest_protocol(item, nextitem):
     config = item.config
     todos = _marked_todos(item)
-    if chapter_for_module(item.path.stem) is not None:  # a learner's chapter: say where a hang waits
-        config.koans_hang_watch.test_started(item.name, todos, _time_limit(item))
+    chapter = chapter_for_module(item.path.stem)
+    if chapter is not None:  # a learner's chapter: say where a hang waits
+        can_take = item.get_closest_marker("can_take")
+        config.koans_hang_watch.test_started(harness.WatchedTest(
+            item.name, todos, harness.scope_todos(chapter), _time_limit(item), can_take.args[0] if can_take else 0.0))
     config.koans_progress.event("start", nodeid=item.nodeid, name=item.name, todos=[t.key for t in todos])
     try:
         return (yield)  # setup, call and teardown, each reported
@@ -258,7 +261,12 @@ def pytest_runtest_makereport(item, call):
             gc.enable()
     todos = _marked_todos(item)
     if report.failed and call.excinfo is not None:
-        text, replace = harness.explain_failure(call.excinfo, item.path, todos, item.config.koans_impl)
+        chapter = chapter_for_module(item.path.stem)
+        scope = harness.scope_todos(chapter) if chapter else todos
+        text, replace, about = harness.explain_failure(call.excinfo, item.path, todos, item.config.koans_impl, scope)
+        if about:  # the failure is about these: the runner's hint follows them
+            todos = about
+            report.koans_hint = harness.blamed_hint(call.excinfo.value)
         report.koans_note = text
         try:
             report.koans_summary = harness.failure_summary(call.excinfo)

@@ -31,6 +31,32 @@ def make_policy(seed: int = 0) -> torch.nn.Module:
     return policy.to("cuda" if torch.cuda.is_available() else "cpu")
 
 
+class ArrivalProbe(ReplayBuffer):
+    """The chapter's buffer plus what the tests need to see whether put() wakes whoever waits on
+    self.arrived (as a waiting sample() does), apart from any sample() of yours."""
+
+    def __init__(self, max_lag: int = 1):
+        super().__init__(max_lag)
+        self.listening = 0
+
+    @concurrent_endpoint
+    async def woken_within(self, timeout: float) -> bool:
+        """Wait on self.arrived; True if something notified it within `timeout` seconds."""
+        async with self.arrived:
+            self.listening += 1
+            try:
+                await asyncio.wait_for(self.arrived.wait(), timeout)
+                return True
+            except TimeoutError:
+                return False
+            finally:
+                self.listening -= 1
+
+    @concurrent_endpoint
+    async def listeners(self) -> int:
+        return self.listening
+
+
 class TrajectoryQueue(Actor):
     """Generated, not yet scored groups: the hand-off from generators to the scorer."""
 
@@ -142,7 +168,8 @@ class Learner(Actor):
             await self.during_step()
             info.update(loss=loss.item(), reward=rewards.mean().item())
         with self.recorder.span("publish", version=self.version):
-            await self.publisher.publish(self.policy.state_dict(), version=self.version)
+            if await self.publisher.publish(self.policy.state_dict(), version=self.version) is None:
+                self.publisher.retry_until_free(self.policy.state_dict(), self.version)  # ch07: stay live
         return {"version": self.version, "loss": info["loss"], "reward": info["reward"], "lags": lags,
                 "ids": [g.id for g in batch]}
 

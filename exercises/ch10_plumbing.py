@@ -153,7 +153,8 @@ class Trainer(Actor):
             self.version += 1
             info.update(loss=loss.item(), groups=len(rollouts), samples=len(rollouts) * self.config.group_size)
         with self.recorder.span("sync", version=self.version):
-            await self.publisher.publish(self.model.state_dict(), version=self.version)
+            if await self.publisher.publish(self.model.state_dict(), version=self.version) is None:
+                self.publisher.retry_until_free(self.model.state_dict(), self.version)  # a dead reader's lease
         first = rollouts[0]
         example = {"prompt": first.prompt.text, "response": first.texts[0], "reward": float(first.rewards[0]),
                    "version": first.version}

@@ -110,7 +110,8 @@ def _record(chapter: Chapter, run: ChapterRun, fingerprint: str) -> None:
     entry = {
         "fingerprint": fingerprint, "status": _status_of(run), "passed": run.count("passed"),
         "skipped": run.count("skipped"), "total": run.total, "stopped_early": run.stopped_early,
-        "first_failure": {"name": failure["name"], "todos": failure.get("todos", [])} if failure else None,
+        "first_failure": ({"name": failure["name"], "todos": failure.get("todos", []), "hint": failure.get("hint")}
+                          if failure else None),
         "syntax_error": run.syntax_error, "at": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
     if run.timed_out and run.running:
@@ -205,14 +206,24 @@ def _default_todo(chapter: Chapter) -> str | None:
 
 
 def failing_todo(chapter: Chapter, failure: dict | None) -> str | None:
-    """The TODO behind a failure: the one its test is marked with; of several, the first (in the
-    chapter's order) still stubbed, else the first; for an unmarked test, the first stub left."""
-    order = [todo.key for todo in todos_of(chapter)]
-    marked = [key for key in order if key in ((failure or {}).get("todos") or [])]
-    if not marked:
+    """The TODO behind a failure: of those it is about (likeliest first: the failing check's, else the
+    test's marked ones), the first still stubbed, else the first; for an unmarked test, the first stub
+    left. It may be a TODO of a chapter this one builds on."""
+    known = {todo.key for number in (chapter.number, *chapter.builds_on) for todo in todos_of(find_chapter(number))}
+    about = [key for key in ((failure or {}).get("todos") or []) if key in known]
+    if not about:
         return _default_todo(chapter)
     stubbed = set(_stubbed(chapter))
-    return next((key for key in marked if key in stubbed), marked[0])
+    return next((key for key in about if key in stubbed), about[0])
+
+
+def hints_of(chapter: Chapter, key: str) -> tuple[str, ...]:
+    """The hints of TODO `key`, of this chapter or of one it builds on."""
+    for number in (chapter.number, *chapter.builds_on):
+        hints = find_chapter(number).hints_for(key)
+        if hints:
+            return hints
+    return ()
 
 
 class _Live:
@@ -313,10 +324,13 @@ def _show_failure(chapter: Chapter, run: ChapterRun, verbose: bool) -> None:
 
 
 def _show_hint(chapter: Chapter, failure: dict | None) -> None:
+    """The TODO's first hint, or the one the failing check named as the best fit."""
     key = failing_todo(chapter, failure)
-    hints = chapter.hints_for(key) if key else ()
+    hints = hints_of(chapter, key) if key else ()
     if hints:
-        print(_fill(hints[0], f"  Hint for {key} (1 of {len(hints)}): ", "    "))
+        number = (failure or {}).get("hint") or 1
+        number = number if 1 <= number <= len(hints) else 1
+        print(_fill(hints[number - 1], f"  Hint for {key} ({number} of {len(hints)}): ", "    "))
 
 
 def _header(chapter: Chapter) -> None:
@@ -471,7 +485,7 @@ def cmd_hint(chapter: Chapter) -> int:
     entry, _ = _recorded(chapter, state)
     failure = (entry or {}).get("first_failure")
     key = failing_todo(chapter, failure)
-    hints = chapter.hints_for(key) if key else ()
+    hints = hints_of(chapter, key) if key else ()
     if not hints:
         print(f"Chapter {chapter.number:02d} has no hints. The concepts: docs/{chapter.doc_file.name}")
         return 0

@@ -20,6 +20,7 @@ import threading
 import time
 import traceback
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import monarch.actor
@@ -286,58 +287,83 @@ def _test_line(excinfo, test_path: Path) -> str:
     return found
 
 
-def explain_failure(excinfo, test_path: Path, marked: list[Todo], impl: str) -> tuple[str, bool]:
+TIMEOUTS = (TimeoutError, asyncio.TimeoutError, concurrent.futures.TimeoutError)
+
+
+def explain_failure(excinfo, test_path: Path, marked: list[Todo], impl: str,
+                    scope: list[Todo] | None = None) -> tuple[str, bool, list[Todo]]:
     """A message that points at the TODO behind a failure.
 
-    Returns (text, replaces_traceback). A stub that was never written and a
-    call that never answered get a short message instead of Monarch's long
-    traceback; any other failure keeps its traceback and gets the pointer added.
+    Returns (text, replaces_traceback, the TODOs the failure is about). A stub
+    that was never written and a call that never answered get a short message
+    instead of Monarch's long traceback; any other failure keeps its traceback
+    and gets the pointer added. A test that checks several TODOs can say which
+    one an assertion is about (koans.testing.checking); a timeout is pinned on
+    the TODO its wait was for, never on one that cannot wait (plain arithmetic).
     """
     exc = excinfo.value
     text = error_text(exc)
     at_test = _test_line(excinfo, test_path)
     at_test = f"\n  from {at_test}" if at_test else ""
+    scope = scope or marked
+    known = {todo.key: todo for todo in [*scope, *marked]}
+    about = [known[key] for key in blamed_todos(exc) if key in known] or marked
 
     def checks(todos: list[Todo]) -> str:
         listed = "\n".join(f"  {todo.message}\n    at {locate(todo, impl)}" for todo in todos)
         return f"This test checks:\n{listed}" if todos else "This test names no TODO."
 
     if "NotImplementedError" in text and TODO_IN_TEXT.search(text):
-        todos = todos_named_in_text(text) or marked
+        todos = todos_named_in_text(text) or about
         if not todos:
-            return "", False
+            return "", False, []
         remote = "; raised in the actor, sent back to the caller" if "ActorError" in text or "Supervision" in text else ""
         also = "".join(f"\n  also not written: {todo.message}\n    at {locate(todo, impl)}" for todo in todos[1:])
         return (
             f"Not written yet: {todos[0].message}\n  at   {locate(todos[0], impl)}{remote}{at_test}{also}\n"
             "Write that part, then run this chapter again.",
-            True,
+            True, todos,
         )
     if "supervision events" in text:
         return (
             "Monarch refused to spawn on a ProcMesh that already had a failed actor."
             f"{at_test}\nAn earlier crash, or an exception inside a broadcast endpoint (which has no caller "
             "to report to, so it fails the actor), marks the whole mesh as failed. Spawn on a fresh ProcMesh."
-            + (f"\n{checks(marked)}" if marked else ""),
-            True,
+            + (f"\n{checks(about)}" if about else ""),
+            True, about,
         )
-    if isinstance(exc, TestTimeLimit):
-        return (
-            f"{exc}{at_test}\nA wait with no timeout never ended: look for a `.get()` without `timeout=`, "
-            f"or an `await` on a call that never returns.\n{checks(marked)}",
-            True,
-        )
-    if isinstance(exc, (TimeoutError, asyncio.TimeoutError, concurrent.futures.TimeoutError)):
-        first = f"; check {marked[0].message}" if marked else ""
-        return (
-            f"No reply before the timeout{first}{at_test}\n"
-            "A call this test made never returned. A stub that blocks, or waits for something that "
-            f"never happens, is the usual cause.\n{checks(marked)}",
-            True,
-        )
-    if marked:
-        return checks(marked), False
-    return "", False
+    if isinstance(exc, (TestTimeLimit, *TIMEOUTS)):
+        no_timeout = isinstance(exc, TestTimeLimit)
+        frames = _project_frames_of_traceback(excinfo.tb)
+        culprit = find_culprit(frames, scope, own_first=no_timeout)
+        if blamed_todos(exc):
+            suspects = about
+        elif culprit is not None:
+            suspects = list(culprit.todos)
+        else:
+            suspects = [todo for todo in about if todo.can_wait]
+        if culprit is not None:
+            where = f"\n  it waited at {culprit.where()}\n    {culprit.waiting_for()}"
+        elif frames:
+            where = f"\n  it waited at {frames[0][0]}:{frames[0][1]}: {_source_line(frames[0][0], frames[0][1])}"
+        else:
+            where = ""
+        if no_timeout:
+            head = str(exc)
+            why = ("A wait with no timeout never ended: look for a `.get()` without `timeout=`, "
+                   "or an `await` on a call that never returns.")
+        else:
+            head = "No reply before the timeout" + (f"; check {suspects[0].message}" if suspects else "")
+            why = ("A call this test made never returned. A stub that blocks, or waits for something that "
+                   "never happens, is the usual cause.")
+        if not suspects:
+            why = ("It waited in code you were given, and none of the TODOs this test checks waits for "
+                   "anything (each is a plain computation), so your code is unlikely to be the cause. A very "
+                   "busy machine can make a run this slow: run the chapter again.")
+        return f"{head}{where}{at_test}\n{why}\n{checks(suspects or about)}", True, suspects
+    if about:
+        return checks(about), False, about
+    return "", False, []
 
 
 # ---------------------------------------------------------------- what went wrong, in short
@@ -445,110 +471,257 @@ def failure_summary(excinfo) -> dict:
     return {"error": "\n".join(lines), "frames": unique}
 
 
+# ---------------------------------------------------------------- which TODO a wait is for
+
+#: A call on one line: an endpoint (`x.name.call_one(`), a function (`name(`) or a method (`.name(`).
+_CALLS = re.compile(r"\.(\w+)\.(?:call_one|call|choose|broadcast|stream)\(|(?<![\w.])(\w+)\(|\.(\w+)\(")
+
+
+def scope_todos(chapter: Chapter) -> list[Todo]:
+    """The TODOs a chapter's tests run: its own, then those of the chapters it builds on."""
+    todos = list(chapter_todos(chapter))
+    for number in chapter.builds_on:
+        todos += chapter_todos(find_chapter(number))
+    return todos
+
+
+def _function_name(todo: Todo) -> str:
+    return todo.key.split("#")[0].split(".")[-1]
+
+
+def todos_called(line: str, todos: list[Todo]) -> list[Todo]:
+    """The TODOs whose function or endpoint this line of code calls, in the order it calls them."""
+    code = "" if line.lstrip().startswith("#") else line.split("  #", 1)[0]
+    found = []
+    for call in _CALLS.finditer(code):
+        name = call.group(1) or call.group(2) or call.group(3)
+        found += [todo for todo in todos if _function_name(todo) == name and todo not in found]
+    return found
+
+
+def todo_of_frame(path: Path, function: str, todos: list[Todo]) -> Todo | None:
+    """The TODO whose own function this frame runs (a chapter file of exercises/ or solutions/), if any."""
+    if path.parts[0] == "tests":
+        return None
+    for todo in todos:
+        if path.name == f"{find_chapter(todo.chapter).module}.py" and _function_name(todo) == function:
+            return todo
+    return None
+
+
+@dataclass(frozen=True)
+class Culprit:
+    """Where a wait is (path, line, function), and the TODOs it is most likely for, likeliest first."""
+
+    path: Path
+    line: int
+    function: str
+    todos: tuple[Todo, ...]
+    called: Todo | None  # the TODO this line calls, when it calls one
+
+    def where(self) -> str:
+        return f"{self.path}:{self.line}: {_source_line(self.path, self.line)}"
+
+    def waiting_for(self) -> str:
+        if self.called is not None:
+            return f"in {self.function}, for {_function_name(self.called)} (TODO {self.called.key})"
+        return f"in {self.function} (TODO {self.todos[0].key})"
+
+
+def find_culprit(frames: list[tuple[Path, int, str]], todos: list[Todo], own_first: bool = False) -> Culprit | None:
+    """Walking out from the innermost frame (frames: innermost first), the first that waits in a TODO's
+    own function or calls a TODO on its line. The TODO called comes first (what is waited for), then the
+    function's own TODO; `own_first` swaps them (a wait with no timeout is the waiting function's fault)."""
+    for path, line, function in frames:
+        called = todos_called(_source_line(path, line), todos)
+        own = todo_of_frame(path, function, todos)
+        found = called[:1] + ([own] if own is not None and own not in called[:1] else [])
+        if own_first and own is not None:
+            found = [own] + [t for t in found if t is not own]
+        if found:
+            return Culprit(path, line, function, tuple(found), called[0] if called else None)
+    return None
+
+
+def _project_frames_of_traceback(tb) -> list[tuple[Path, int, str]]:
+    """The traceback's frames in exercises/, solutions/ or tests/, innermost first."""
+    found = []
+    for frame, lineno in traceback.walk_tb(tb):
+        path = project_path(frame.f_code.co_filename)
+        if path is not None and frame.f_code.co_name != "<module>":
+            found.append((path, lineno, frame.f_code.co_name))
+    return found[::-1]
+
+
+def blamed_todos(exc: BaseException) -> list[str]:
+    """The TODO keys a test named for this failure with `koans.testing.checking(...)`, if it did."""
+    for link in exception_chain(exc):
+        keys = getattr(link, "koans_todos", None)
+        if keys:
+            return list(keys)
+    return []
+
+
+def blamed_hint(exc: BaseException) -> int | None:
+    """The hint (1-based) a test named for this failure with `checking(..., hint=N)`, if it did."""
+    for link in exception_chain(exc):
+        if getattr(link, "koans_todos", None):
+            return getattr(link, "koans_hint", None)
+    return None
+
+
 # ---------------------------------------------------------------- hang notices
 
+#: CPU time (in clock ticks, 10 ms each) that the main thread may use in a window that counts as no progress.
+_IDLE_TICKS = 5
 
-def _innermost_project_frame(frame, modules: bool = False) -> tuple[Path, int, str] | None:
-    """Walking out from `frame`, the first frame in exercises/, solutions/ or tests/; a module's
-    top level (an import still running) counts only with `modules`."""
+
+def _thread_cpu_ticks(native_id: int | None) -> int:
+    """utime + stime of one thread of this process, in clock ticks (0 where /proc cannot tell)."""
+    try:
+        fields = Path(f"/proc/self/task/{native_id}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def _event_loop_of(frame) -> asyncio.AbstractEventLoop | None:
     while frame is not None:
-        path = project_path(frame.f_code.co_filename)
-        if path is not None and (modules or frame.f_code.co_name != "<module>"):
-            return path, frame.f_lineno, frame.f_code.co_name
+        if frame.f_code.co_name in ("run_forever", "_run_once", "run_until_complete"):
+            candidate = frame.f_locals.get("self")
+            if isinstance(candidate, asyncio.AbstractEventLoop):
+                return candidate
         frame = frame.f_back
     return None
 
 
-def _awaiting_frames(main_frame) -> list[tuple[Path, int, str]]:
-    """For an event loop running in the main thread: where each of its tasks is suspended,
-    as the innermost frame of exercises/ or tests/ in the task's chain of awaits."""
-    loop, frame = None, main_frame
-    while frame is not None and loop is None:
-        if frame.f_code.co_name in ("run_forever", "_run_once", "run_until_complete"):
-            candidate = frame.f_locals.get("self")
-            if isinstance(candidate, asyncio.AbstractEventLoop):
-                loop = candidate
-        frame = frame.f_back
-    if loop is None:
-        return []
+def _stack(frame) -> list:
+    """The frames from `frame` outwards."""
     found = []
-    try:
-        tasks = list(asyncio.all_tasks(loop))
-    except RuntimeError:
-        return []
-    for task in tasks:
-        innermost, coro = None, task.get_coro()
-        while coro is not None:
-            frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
-            if frame is not None:
-                path = project_path(frame.f_code.co_filename)
-                if path is not None:
-                    innermost = (path, frame.f_lineno, frame.f_code.co_name)
-            coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
-        if innermost:
-            found.append(innermost)
+    while frame is not None:
+        found.append(frame)
+        frame = frame.f_back
     return found
 
 
-def pending_waits(main_ident: int, skip_idents: set[int]) -> dict:
-    """Where the main thread waits, and learner code still running in other threads of this process.
+def _source_line_of(frame) -> str:
+    import linecache
 
-    {"waiting_at": (path, line, function) or None, "running": [(path, line, function), ...],
-     "importing": (path, line, "<module>") or None}
-    """
+    return linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+
+
+def _project(frames: list) -> list[tuple[Path, int, str]]:
+    found = []
+    for frame in frames:
+        path = project_path(frame.f_code.co_filename)
+        if path is not None and frame.f_code.co_name != "<module>":
+            found.append((path, frame.f_lineno, frame.f_code.co_name))
+    return found
+
+
+@dataclass(frozen=True)
+class Look:
+    """One look at the main thread: its pending waits and the code of chapter files running in other
+    threads (actors spawned in this process). `waits` maps each wait (the main thread's own, or each
+    asyncio task's) to (a signature that changes whenever it moves on, its project frames innermost first)."""
+
+    waits: dict[object, tuple[object, list[tuple[Path, int, str]]]]
+    running: list[tuple[Path, int, str]]
+
+
+def look_at_main_thread(skip_idents: set[int]) -> Look | None:
+    main = threading.main_thread()
     frames = sys._current_frames()
-    main = frames.get(main_ident)
-    waiting = _innermost_project_frame(main) if main is not None else None
-    importing = _innermost_project_frame(main, modules=True) if main is not None and waiting is None else None
-    awaiting = _awaiting_frames(main) if main is not None else []
-    # A suspended coroutine (the learner's first) says more than the test's `asyncio.run(...)` line.
-    awaiting.sort(key=lambda f: f[0].parts[0] == "tests")
-    if awaiting:
-        waiting = awaiting[0]
+    top = frames.get(main.ident)
+    if top is None:
+        return None
+    waits = {}
+    loop = _event_loop_of(top)
+    if loop is None:  # plain waiting: the main thread's own stack; using CPU, or in a poll's sleep, is moving
+        stack = _stack(top)
+        signature = (tuple((id(f), f.f_lasti) for f in stack), _thread_cpu_ticks(main.native_id) // _IDLE_TICKS)
+        if "sleep(" in _source_line_of(top):
+            signature = (signature, time.monotonic())
+        waits["main"] = (signature, _project(stack))
+    else:  # an event loop: where each of its tasks is suspended, and on what (the loop's own frames come and go)
+        try:
+            tasks = list(asyncio.all_tasks(loop))
+        except RuntimeError:
+            return None
+        for task in tasks:
+            chain, coro = [], task.get_coro()
+            while coro is not None:
+                frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+                if frame is not None:
+                    chain.append(frame)
+                coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+            signature = (id(getattr(task, "_fut_waiter", None)), tuple((id(f), f.f_lasti) for f in chain))
+            waits[id(task)] = (signature, _project(chain[::-1]))
     running = []
     for ident, frame in frames.items():
-        if ident == main_ident or ident in skip_idents:
+        if ident == main.ident or ident in skip_idents:
             continue
-        found = _innermost_project_frame(frame)
-        if found is not None and found[0].parts[0] != "tests":
-            running.append(found)
-    return {"waiting_at": waiting, "running": running, "importing": importing}
+        inner = _project(_stack(frame))
+        if inner and inner[0][0].parts[0] != "tests":
+            running.append(inner[0])
+    return Look(waits, running)
 
 
-def describe_hang(test_name: str, todos: list[Todo], waited_s: float, waits: dict, limit_s: float | None) -> str:
-    def where(found) -> str:
-        path, line, function = found
-        return f"{path}:{line}: {_source_line(path, line)}"
+@dataclass(frozen=True)
+class WatchedTest:
+    name: str
+    marked: list[Todo]  # the TODOs it is marked with
+    scope: list[Todo]  # every TODO its code can run (its chapter's and earlier ones')
+    limit_s: float | None = None  # its time limit
+    can_take_s: float = 0.0  # a wait this long is normal in it (@pytest.mark.can_take)
 
-    checks = f" (it checks TODO {', '.join(t.key for t in todos)})" if todos else ""
-    lines = [f"Still waiting after {waited_s:.0f} s in {test_name}{checks}."]
-    if waits["waiting_at"]:
-        lines.append(f"  It waits at   {where(waits['waiting_at'])}")
-    else:
-        lines.append("  It waits outside your code and the test's (in a fixture or in Monarch).")
-    for found in waits["running"][:3]:
-        lines.append(f"  Still running {where(found)}   (in {found[2]}, in this process)")
+
+def culprit_of(frames: list[tuple[Path, int, str]], look: Look, test: WatchedTest) -> Culprit | None:
+    """Whether a stuck wait (its frames) is the learner's: in a TODO's function, or for a TODO; else,
+    learner code running (and so blocking) in an actor of this process. A wait in given code (a fixture,
+    plumbing, process shutdown) is not the learner's; the test's time limit decides it."""
+    found = find_culprit(frames, test.scope)
+    if found is not None:
+        return found
+    for path, line, function in look.running:
+        own = todo_of_frame(path, function, test.scope)
+        if own is not None:
+            return Culprit(path, line, function, (own,), None)
+    return None
+
+
+def describe_hang(test: WatchedTest, waited_s: float, culprit: Culprit, look: Look) -> str:
+    checks = f" (it checks TODO {', '.join(t.key for t in test.marked)})" if test.marked else ""
+    lines = [f"Still waiting after {waited_s:.0f} s in {test.name}, with nothing moving{checks}.",
+             f"  It waits at   {culprit.where()}",
+             f"                {culprit.waiting_for()}"]
+    for path, line, function in look.running[:3]:
+        lines.append(f"  Still running {path}:{line}: {_source_line(path, line)}   (in {function}, in this process)")
     lines.append(f"  Likely cause: {LIKELY_HANG_CAUSE}.")
-    if todos:
-        lines.append(f"  Look at {locate(todos[0], os.environ.get(IMPL_ENV, 'exercises'))}")
-    if limit_s:
-        lines.append(f"  (The test's time limit stops it after {limit_s:g} s.)")
+    impl = os.environ.get(IMPL_ENV, "exercises")
+    lines.append("  Look at " + "\n      and ".join(locate(todo, impl) for todo in culprit.todos))
+    if test.can_take_s:
+        lines.append(f"  (This test can take {test.can_take_s:g} s; it has waited longer than that.)")
+    if test.limit_s:
+        lines.append(f"  (The test's time limit stops it after {test.limit_s:g} s.)")
     return "\n".join(lines)
 
 
 class HangWatch:
-    """A watchdog thread: when the running test has gone `after_s` without finishing, report ONCE
-    (per test) where the main thread waits, and learner code still running in this process,
-    through `notify(text, data)`. While the main thread is still in plumbing (a fixture, an
-    import) the notice waits a little longer for it to reach the test's or the learner's code."""
+    """A watchdog thread. When the running test has made no progress for `after_s` seconds (or for its
+    @pytest.mark.can_take time, if longer), and what it waits for is the learner's code, it reports once
+    (per test) where it waits, through `notify(text, data)`.
+
+    No progress, for one wait: it stays the same objects at the same places, awaiting the same future
+    (each asyncio task is a wait of its own); for the main thread's own wait, also next to no CPU used,
+    and no poll's sleep (polling is progress).
+    """
 
     def __init__(self, after_s: float, notify):
         self.after_s = after_s
         self.notify = notify
-        self.main_ident = threading.main_thread().ident
         self._lock = threading.Lock()
-        self._since = time.monotonic()
-        self._test: tuple[str, list[Todo], float | None] | None = None
+        self._test: WatchedTest | None = None
         self._noticed = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="koans-hang-watch", daemon=True)
@@ -561,42 +734,45 @@ class HangWatch:
     def stop(self) -> None:
         self._stop.set()
 
-    def test_started(self, name: str, todos: list[Todo], limit_s: float | None) -> None:
+    def test_started(self, test: WatchedTest) -> None:
         with self._lock:
-            self._test, self._noticed, self._since = (name, todos, limit_s), False, time.monotonic()
+            self._test, self._noticed = test, False
 
     def test_finished(self) -> None:
         with self._lock:
-            self._test, self._noticed, self._since = None, False, time.monotonic()
+            self._test, self._noticed = None, False
 
     def _watch(self) -> None:
-        previous = None
+        since: dict[object, tuple[object, float]] = {}  # per wait: (its signature, since when it has not moved)
+        watched = None
         while not self._stop.wait(0.25):
             with self._lock:
-                test, waited = self._test, time.monotonic() - self._since
-                if test is None or self._noticed or waited < self.after_s:
-                    previous = None
-                    continue
+                test = None if self._noticed else self._test
+            if test is not watched:
+                since, watched = {}, test
+            if test is None:
+                continue
             try:
-                waits = pending_waits(self.main_ident, {threading.get_ident()})
-                if not waits["waiting_at"] and not waits["running"]:
-                    if waited < 3 * self.after_s:
-                        continue  # still in plumbing (a fixture, an import): look again in a moment
-                    waits["waiting_at"] = waits["importing"]
-                # A wait that is pending stays put: report it once two looks, a moment apart, agree.
-                seen = (waits["waiting_at"], tuple(waits["running"]))
-                if seen != previous and waited < 3 * self.after_s:
-                    previous = seen
-                    self._stop.wait(0.25)
+                look = look_at_main_thread({threading.get_ident()})
+                if look is None:
                     continue
-                with self._lock:
-                    if self._test is not test or self._noticed:
+                now = time.monotonic()
+                since = {key: (signature, since[key][1] if since.get(key, (None,))[0] == signature else now)
+                         for key, (signature, _) in look.waits.items()}
+                stuck = sorted((started, key) for key, (_, started) in since.items()
+                               if now - started >= max(self.after_s, test.can_take_s))
+                for started, key in stuck:  # the longest-stuck first
+                    culprit = culprit_of(look.waits[key][1], look, test)
+                    if culprit is None:
                         continue
-                    self._noticed = True
-                name, todos, limit = test
-                text = describe_hang(name, todos, waited, waits, limit)
-                data = {"name": name, "todos": [t.key for t in todos], "waited_s": round(waited, 1),
-                        "waiting_at": [str(x) for x in waits["waiting_at"]] if waits["waiting_at"] else None}
-                self.notify(text, data)
+                    with self._lock:
+                        if self._test is not test or self._noticed:
+                            break
+                        self._noticed = True
+                    waited = now - started
+                    data = {"name": test.name, "todos": [t.key for t in culprit.todos], "waited_s": round(waited, 1),
+                            "waiting_at": [str(culprit.path), culprit.line, culprit.function]}
+                    self.notify(describe_hang(test, waited, culprit, look), data)
+                    break
             except Exception as err:  # a notice must never break the session
                 print(f"[koans] hang notice failed: {type(err).__name__}: {err}", file=sys.stderr)

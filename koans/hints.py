@@ -187,7 +187,8 @@ HINTS: dict[str, dict[str, tuple[str, ...]]] = {
     },
     "ch09": {
         "ReplayBuffer.put": (
-            "The staleness bound applies on the way in too: a group already too old is refused and counted.",
+            "Two jobs: refuse (and count) a group already too stale to ever be trained on; keep any other, "
+            "and wake whoever waits for groups (a sample waiting on self.arrived).",
             "if self._too_stale(group): record group.id in self.ledger.refused_stale, return False.",
             "Else self.groups.append(group); async with self.arrived: self.arrived.notify_all(); return True.",
         ),
@@ -199,11 +200,14 @@ HINTS: dict[str, dict[str, tuple[str, ...]]] = {
             "(TimeoutError: return None); then batch = self.groups[:count], keep the rest.",
         ),
         "continuous_training": (
-            "try/finally: the finally sets `stop`, whatever happens in the loop.",
+            "Ask the buffer against the learner's version: 0 before the first step, then the version the last "
+            "train answered. A None sample is not a step: ask again.",
             "version = 0; while len(results) < steps: batch = await asyncio.wait_for("
             "buffer.sample.call_one(batch_groups, version), TIMEOUT); if batch is None: continue",
             "result = await asyncio.wait_for(learner.train.call_one(batch), TIMEOUT); "
             'version = result["version"]; results.append(result); on_step(result) if given.',
+            "Put the whole loop in try/finally, and set `stop` in the finally: the rollout loops wait for it, "
+            "however training ends.",
         ),
     },
     "ch10": {

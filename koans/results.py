@@ -33,7 +33,7 @@ class ResultLog:
         entry = self.tests.setdefault(
             report.nodeid,
             {"nodeid": report.nodeid, "name": name, "outcome": "passed", "message": "", "note": "",
-             "summary": None, "duration_s": 0.0, "todos": todo_keys},
+             "summary": None, "duration_s": 0.0, "todos": todo_keys, "hint": None},
         )
         entry["duration_s"] += report.duration
         if report.skipped and entry["outcome"] == "passed":
@@ -44,6 +44,8 @@ class ResultLog:
             entry["message"] = str(report.longrepr)
             entry["note"] = getattr(report, "koans_note", "")
             entry["summary"] = getattr(report, "koans_summary", None)
+            entry["todos"] = todo_keys  # what the failure is about (the marked TODOs, or those it names)
+            entry["hint"] = getattr(report, "koans_hint", None)
 
     def entry(self, nodeid: str) -> dict | None:
         return self.tests.get(nodeid)

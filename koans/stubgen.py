@@ -36,6 +36,8 @@ from pathlib import Path
 BEGIN = re.compile(r"^(?P<indent>[ \t]*)# >>> TODO\((?P<chapter>ch\d\d)\): (?P<summary>\S.*?)\s*$")
 END = re.compile(r"^[ \t]*# <<< TODO\s*$")
 CHAPTER_FILE = re.compile(r"^(ch\d\d)_\w+\.py$")
+#: Code that can wait for something: a TODO whose solution has none of it cannot hang (pure arithmetic).
+WAITS = re.compile(r"\bawait\b|\.get\(|\basync with\b|\.wait(_for)?\(|\bsleep\(")
 
 
 class StubError(ValueError):
@@ -53,6 +55,7 @@ class Todo:
     indent: str
     begin: int  # 1-based line of the `# >>>` marker in the solution
     end: int  # 1-based line of the `# <<<` marker
+    can_wait: bool = False  # the solution waits on something (await, .get, a condition): it could hang
 
     @property
     def message(self) -> str:
@@ -125,7 +128,9 @@ def find_todos(source: str, path: str = "<solution>") -> list[Todo]:
             seen_keys[key] = seen_keys.get(key, 0) + 1
             if seen_keys[key] > 1:
                 key = f"{key}#{seen_keys[key]}"
-            todos.append(Todo(marker["chapter"], key, marker["summary"], tuple(guidance), marker["indent"], start, number))
+            can_wait = bool(WAITS.search("\n".join(body[len(guidance):])))
+            todos.append(Todo(marker["chapter"], key, marker["summary"], tuple(guidance), marker["indent"], start, number,
+                              can_wait))
             open_marker = None
         elif re.search(r"(>>>|<<<)\s*TODO", line):
             raise StubError(f"{path}:{number}: malformed TODO marker; expected '# >>> TODO(chNN): <summary>' or '# <<< TODO'")

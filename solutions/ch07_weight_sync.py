@@ -152,8 +152,10 @@ class WeightPublisher:
         self.staging = StagingArea(state_dict, store, num_slots, staging, rdma_chunk_bytes, timeout)
         self.layout = self.staging.layout
         self.version = 0  # the last version published
-        self.skipped = 0  # versions not published because no slot was free
+        self.skipped = 0  # publish() calls that found no free slot
         self._registered = False
+        self._retry: asyncio.Task | None = None  # retry_until_free's background task
+        self._keep_retrying = False
 
     async def publish(self, state_dict: Mapping[str, torch.Tensor], version: int) -> int | None:
         """Start publishing `state_dict` as `version`; answers the version, or None if it was skipped."""
@@ -182,23 +184,60 @@ class WeightPublisher:
         await self.staging.finish()
 
     async def wait_staged(self) -> None:
-        """Return when the weights may change: the last snapshot no longer reads them."""
+        """Return when the weights may change: the last snapshot no longer reads them, and no
+        retry (retry_until_free) will read them again."""
+        await self._stop_retrying()
         await self.staging.wait_copied()
+
+    def retry_until_free(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
+        """After publish() skipped `version`: offer it again in the background until a slot frees.
+
+        A trainer needs this to stay live. A reader that dies holding a lease keeps its slot
+        until the lease expires, and only claim() notices the expiry. Without a retry, the
+        trainer skips, trains on, and soon runs more than max_lag versions ahead of every
+        generator; then every new group is too stale to train on, so the trainer never
+        publishes (never claims) again. With it, training waits at most one lease timeout.
+        The next wait_staged() stops the retry: the weights are about to change, and the
+        next publish() carries them.
+        """
+        self._keep_retrying = True
+        self._retry = asyncio.get_running_loop().create_task(
+            self._publish_when_free(state_dict, version, keep_going=lambda: self._keep_retrying))
+
+    async def _stop_retrying(self) -> None:
+        self._keep_retrying = False
+        if self._retry is not None:
+            retry, self._retry = self._retry, None
+            await asyncio.wait_for(retry, self.timeout)  # it ends after at most one publish(); its error surfaces here
+
+    async def _publish_when_free(self, state_dict: Mapping[str, torch.Tensor], version: int,
+                                 keep_going: Callable[[], bool]) -> bool:
+        """publish(`version`) again, after a pause that grows from 10 ms to 0.5 s, until it is out or
+        keep_going() says stop. Never cancelled in the middle: a claim in flight would leak its slot."""
+        pause = 0.01
+        while self.version < version:
+            await asyncio.sleep(pause)
+            pause = min(2 * pause, 0.5)
+            if self.version >= version or not keep_going():
+                break
+            await self.publish(state_dict, version)
+        return self.version >= version
 
     async def publish_until_out(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
         """Publish `version` (already skipped once, perhaps) as soon as a slot is free, then wait for its
         commit. For the end of a run: the last version must reach the generators."""
-        deadline = time.monotonic() + self.timeout
-        while self.version < version:
-            if await self.publish(state_dict, version) is None:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"version {version}: no staging slot came free in {self.timeout} s")
-                await asyncio.sleep(0.01)  # readers hold a slot only while they copy from it
+        await self._stop_retrying()
+        if self.version < version:
+            deadline = time.monotonic() + self.timeout
+            await self.publish(state_dict, version)
+            if not await self._publish_when_free(state_dict, version, keep_going=lambda: time.monotonic() < deadline):
+                raise TimeoutError(f"version {version}: no staging slot came free in {self.timeout} s")
         await self.staging.finish()
 
     async def close(self) -> None:
-        """Finish the last staging, then free the slots (and their shared-memory files)."""
+        """Stop retrying, finish the last staging, then free the slots (and their shared-memory files)."""
         try:
+            await self._stop_retrying()
             await self.staging.finish()
         finally:
             self.staging.close()

@@ -60,7 +60,11 @@ def four(chapter, idle_service):
 def test_next_replica_goes_round_robin_over_the_healthy_ones(four):
     assert [four.next_replica().index for _ in range(9)] == [0, 1, 2, 3, 0, 1, 2, 3, 0]
     four.replicas[1].healthy = False
-    assert [four.next_replica().index for _ in range(4)] == [2, 3, 0, 2], "an unhealthy replica is skipped"
+    picks = [four.next_replica().index for _ in range(4)]
+    assert 1 not in picks, f"replica 1 is unhealthy, so it must be skipped; the picks were {picks}"
+    assert picks == [2, 3, 0, 2], (
+        f"with replica 1 out, the picks were {picks}, not [2, 3, 0, 2]. After a pick the cursor moves just past "
+        "the replica picked, so the next call starts after it (not one step on from where the cursor was)")
     assert four.next_replica(exclude={0, 2, 3}) is None, "nothing healthy outside the excluded ones"
     assert four.next_replica(exclude={0, 3}).index == 2
     assert four.next_replica().index == 3, "the cursor moved past the replica picked last (2)"
@@ -195,6 +199,7 @@ def test_an_endpoint_error_goes_back_to_the_caller_unretried(four, module_aio):
 
 
 @pytest.mark.todo("Service.route")
+@pytest.mark.can_take(25)  # a second death is sometimes reported only by silence: the 20 s call timeout
 def test_when_every_attempt_fails_the_error_lists_each_one(chapter, make_service, aio):
     # A death is reported in a second or two; the generous call timeout keeps a loaded machine from
     # turning a slow report into a "timeout".

@@ -6,7 +6,7 @@ import time
 import pytest
 import torch
 
-from koans.testing import STARTUP_TIMEOUT, TIMEOUT
+from koans.testing import STARTUP_TIMEOUT, TIMEOUT, checking
 
 SEEDS = [0, 1, 2]
 
@@ -68,6 +68,21 @@ def test_put_refuses_a_group_that_is_already_too_stale(chapter, buffer):
     assert (ledger.refused_stale, ledger.unused_at_stop) == (["v3"], ["v4"])
 
 
+@pytest.mark.todo("ReplayBuffer.put")
+def test_put_wakes_whoever_waits_for_groups(chapter, plumbing, procs, test_tag):
+    probe = procs.slice(procs=0).spawn("probe_" + test_tag, plumbing.ArrivalProbe, 1)
+    woken = probe.woken_within.call_one(TIMEOUT)  # waits on self.arrived, as a waiting sample does
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while probe.listeners.call_one().get(timeout=STARTUP_TIMEOUT) == 0:
+        assert time.monotonic() < deadline, "the probe never started waiting"
+        time.sleep(0.01)
+    assert probe.put.call_one(group(chapter, "g0", 0)).get(timeout=TIMEOUT) is True
+    with checking("ReplayBuffer.put"):
+        assert woken.get(timeout=2 * TIMEOUT), (
+            "put kept the group but woke nobody: a sample waiting for groups would sleep on until its timeout. "
+            "A kept group must notify self.arrived")
+
+
 # --- TODO 2: ReplayBuffer.sample ----------------------------------------------------------------
 
 
@@ -98,10 +113,12 @@ def test_a_waiting_sample_does_not_block_puts(chapter, buffer):
     for i in range(3):
         accepted = buffer.put.call_one(group(chapter, f"g{i}", 0)).get(timeout=STARTUP_TIMEOUT)
         events.append(f"put g{i} -> {accepted}")
-    events.append(f"sample -> {ids(waiting.get(timeout=TIMEOUT))}")
-    assert events == ["put g0 -> True", "put g1 -> True", "put g2 -> True", "sample -> ['g0', 'g1', 'g2']"], (
-        "puts must go through while sample waits (a @concurrent_endpoint), and wake it"
-    )
+    events.append(f"sample -> {ids(waiting.get(timeout=TIMEOUT) or [])}")
+    with checking("ReplayBuffer.sample"):  # put's own part (waking the waiter) has a test of its own above
+            assert events == ["put g0 -> True", "put g1 -> True", "put g2 -> True", "sample -> ['g0', 'g1', 'g2']"], (
+            "puts must go through while sample waits (a @concurrent_endpoint, so give up the condition's lock "
+            "while you wait), and a sample woken by them hands out the three groups"
+        )
 
 
 @pytest.mark.todo("ReplayBuffer.sample")
@@ -161,7 +178,8 @@ def test_the_training_loop_asks_for_the_current_version_and_retries_when_nothing
         "each sample asks for batch_groups groups against the version the last train answered"
     )
     assert seen == results, "on_step sees every step's result, in order"
-    assert stop.is_set(), "at the end, stop is set so that the rollout loops end"
+    with checking("continuous_training", hint=4):
+        assert stop.is_set(), "at the end, stop is set so that the rollout loops end"
 
 
 @pytest.mark.todo("continuous_training")
@@ -172,7 +190,8 @@ def test_the_training_loop_sets_stop_even_when_training_fails(chapter):
     buffer, learner, stop = Stub(sample=lambda count, learner_version, timeout=None: ["a"]), Stub(train=train), asyncio.Event()
     with pytest.raises(RuntimeError, match="crashed"):
         asyncio.run(chapter.continuous_training(learner, buffer, 3, 4, stop))
-    assert stop.is_set(), "stop must be set in a finally: otherwise the rollout loops would run forever"
+    with checking("continuous_training", hint=4):
+        assert stop.is_set(), "stop must be set in a finally: otherwise the rollout loops would run forever"
 
 
 # --- The given rollout loop, on real actors -------------------------------------------------------

@@ -5,11 +5,15 @@ the chapters rely on: a stub that hangs fails with a pointer to its TODO, a
 dying actor cannot end the session, and no Monarch process outlives it.
 """
 
+import asyncio
 import os
 import re
 import subprocess
 import sys
 import textwrap
+import threading
+import time
+import types
 
 import monarch.actor
 import pytest
@@ -241,29 +245,105 @@ def test_a_failure_summary_keeps_the_whole_error_and_only_the_learners_frames():
     assert summary["frames"][-1]["line"] == line and summary["frames"][-1]["todo"] == "Greeter.greet"
 
 
-def test_the_hang_watch_names_the_pending_wait_once():
-    import threading
-
+def watching(name, chapter_number, marked=(), can_take=0.0):
+    """A HangWatch (0.3 s) on this thread, watching a test of chapter `chapter_number`;
+    (watch, notices, an Event set at the first notice)."""
+    scope = harness.scope_todos(find_chapter(chapter_number))
+    by_key = {todo.key: todo for todo in scope}
     notices, noticed = [], threading.Event()
 
     def notify(text, data):
-        notices.append(text)
+        notices.append((text, data))
         noticed.set()
 
     watch = harness.HangWatch(0.3, notify).start()
+    watch.test_started(harness.WatchedTest(name, [by_key[key] for key in marked], scope, 120, can_take))
+    return watch, notices, noticed
+
+
+def test_the_hang_watch_names_the_todo_a_stuck_wait_is_for_once():
+    watch, notices, noticed = watching("test_that_waits", 2, marked=["sum_of_squares"])
+
+    def sum_of_squares():  # stands in for a learner's function whose wait never ends
+        return noticed.wait(timeout=60)
+
     try:
-        watch.test_started("test_that_waits", harness.chapter_todos(find_chapter(1))[:1], 120)
-        assert noticed.wait(timeout=120), "a wait that does not end is noticed"  # the pending wait: this line
-        watch_line = next(n for n, text in enumerate(open(__file__).read().splitlines(), 1)
-                          if "the pending wait: this line" in text and "noticed.wait" in text)
-        time_to_repeat = threading.Event()
-        time_to_repeat.wait(1.0)  # a second notice would come in this time, and must not
+        assert sum_of_squares(), "a wait that does not end is noticed"  # the pending wait: this line
+        threading.Event().wait(1.0)  # a second notice would come in this time, and must not
     finally:
         watch.stop()
+    watch_line = next(n for n, text in enumerate(open(__file__).read().splitlines(), 1)
+                      if "the pending wait: this line" in text and "assert sum_of_squares()" in text)
     assert len(notices) == 1, notices
-    assert notices[0].startswith("Still waiting after") and "test_that_waits (it checks TODO Greeter.greet)" in notices[0]
-    assert f"It waits at   tests/test_harness.py:{watch_line}: assert noticed.wait(timeout=120)" in notices[0]
-    assert harness.LIKELY_HANG_CAUSE in notices[0]
+    text, data = notices[0]
+    assert text.startswith("Still waiting after") and "test_that_waits, with nothing moving" in text
+    assert f"It waits at   tests/test_harness.py:{watch_line}: assert sum_of_squares()" in text
+    assert "for sum_of_squares (TODO sum_of_squares)" in text and "Look at exercises/ch02_actor_mesh.py:" in text
+    assert harness.LIKELY_HANG_CAUSE in text and data["todos"] == ["sum_of_squares"]
+
+
+def test_the_hang_watch_blames_no_todo_that_cannot_wait_nor_code_that_is_given():
+    """Chapter 10's TODOs are arithmetic: a wait in its tests (here, one that calls no TODO) is not theirs."""
+    watch, notices, _ = watching("test_a_run", 10, marked=["group_advantages", "grpo_loss"])
+    try:
+        threading.Event().wait(2.0)  # stuck, as a wait in given code would be
+    finally:
+        watch.stop()
+    assert notices == []
+
+
+def test_the_hang_watch_is_quiet_while_things_move_and_for_a_wait_the_test_says_is_normal():
+    watch, notices, _ = watching("test_that_polls", 2, marked=["sum_of_squares"])
+
+    def sum_of_squares():  # returns at once: each call is progress
+        return sum(x * x for x in range(1000))
+
+    try:
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            sum_of_squares()
+    finally:
+        watch.stop()
+    assert notices == [], "polling is progress"
+
+    watch, notices, _ = watching("test_that_waits_long", 2, marked=["sum_of_squares"], can_take=30.0)
+
+    def sum_of_squares():  # noqa: F811 (a wait this test says is normal)
+        return threading.Event().wait(2.0)
+
+    try:
+        sum_of_squares()
+    finally:
+        watch.stop()
+    assert notices == [], "@pytest.mark.can_take(30): no notice before 30 s"
+
+
+def test_the_hang_watch_sees_past_an_event_loop_to_the_task_that_is_stuck():
+    """One task waits for ever for a TODO while the loop itself spins: noticed, naming that TODO."""
+    watch, notices, _ = watching("test_async", 9, marked=["continuous_training"])
+
+    class Endpoint:  # stands in for buffer.sample, never answering
+        def call_one(self, *args):
+            return asyncio.Event().wait()
+
+    buffer = types.SimpleNamespace(sample=Endpoint())
+
+    async def training():  # stands in for the learner's training loop
+        await buffer.sample.call_one(4, 0)
+
+    async def scenario():
+        stuck = asyncio.create_task(training())
+        deadline = time.monotonic() + 60
+        while not notices and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        stuck.cancel()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        watch.stop()
+    assert notices, "the stuck task was noticed, though the other one kept polling"
+    assert notices[0][1]["todos"] == ["ReplayBuffer.sample"], notices[0][0]
 
 
 def test_the_workshop_fits_three_hours_and_each_estimate_follows_the_model():
