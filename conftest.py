@@ -231,9 +231,8 @@ def pytest_runtest_protocol(item, nextitem):
     todos = _marked_todos(item)
     chapter = chapter_for_module(item.path.stem)
     if chapter is not None:  # a learner's chapter: say where a hang waits
-        can_take = item.get_closest_marker("can_take")
-        config.koans_hang_watch.test_started(harness.WatchedTest(
-            item.name, todos, harness.scope_todos(chapter), _time_limit(item), can_take.args[0] if can_take else 0.0))
+        config.koans_hang_watch.test_started(
+            harness.WatchedTest(item.name, todos, harness.scope_todos(chapter), _time_limit(item)))
     config.koans_progress.event("start", nodeid=item.nodeid, name=item.name, todos=[t.key for t in todos])
     try:
         return (yield)  # setup, call and teardown, each reported

@@ -611,6 +611,7 @@ def _source_line_of(frame) -> str:
 
 
 def _project(frames: list) -> list[tuple[Path, int, str]]:
+    """(path, line, function) of the frames of exercises/, solutions/ or tests/ among `frames`, in order."""
     found = []
     for frame in frames:
         path = project_path(frame.f_code.co_filename)
@@ -619,14 +620,36 @@ def _project(frames: list) -> list[tuple[Path, int, str]]:
     return found
 
 
+def _bounded(frames_inward: list) -> bool:
+    """Whether a wait ends by itself: a frame inward of the innermost project frame (asyncio.wait_for,
+    Monarch's Future.get, threading's Event.wait) holds a finite `timeout`. frames_inward: outermost first."""
+    inner = [i for i, frame in enumerate(frames_inward) if project_path(frame.f_code.co_filename) is not None]
+    for frame in frames_inward[inner[-1] + 1 if inner else 0:]:
+        try:
+            timeout = frame.f_locals.get("timeout")
+        except Exception:  # a frame that cannot show its locals: no evidence of a bound
+            continue
+        if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and 0 < timeout < float("inf"):
+            return True
+    return False
+
+
+@dataclass(frozen=True)
+class Wait:
+    """One pending wait of the main thread (its own, or an asyncio task's)."""
+
+    signature: object  # changes whenever the wait moves on
+    frames: list[tuple[Path, int, str]]  # its project frames, innermost first
+    bounded: bool  # it has a timeout, so it ends by itself (and its TimeoutError names the TODO)
+
+
 @dataclass(frozen=True)
 class Look:
-    """One look at the main thread: its pending waits and the code of chapter files running in other
-    threads (actors spawned in this process). `waits` maps each wait (the main thread's own, or each
-    asyncio task's) to (a signature that changes whenever it moves on, its project frames innermost first)."""
+    """One look at this process: the main thread's pending waits, and the innermost frame of a chapter
+    file that other threads (actors spawned in this process) are running, by (thread, frame object)."""
 
-    waits: dict[object, tuple[object, list[tuple[Path, int, str]]]]
-    running: list[tuple[Path, int, str]]
+    waits: dict[object, Wait]
+    running: dict[tuple[int, int], tuple[Path, int, str]]
 
 
 def look_at_main_thread(skip_idents: set[int]) -> Look | None:
@@ -642,7 +665,7 @@ def look_at_main_thread(skip_idents: set[int]) -> Look | None:
         signature = (tuple((id(f), f.f_lasti) for f in stack), _thread_cpu_ticks(main.native_id) // _IDLE_TICKS)
         if "sleep(" in _source_line_of(top):
             signature = (signature, time.monotonic())
-        waits["main"] = (signature, _project(stack))
+        waits["main"] = Wait(signature, _project(stack), _bounded(stack[::-1]))
     else:  # an event loop: where each of its tasks is suspended, and on what (the loop's own frames come and go)
         try:
             tasks = list(asyncio.all_tasks(loop))
@@ -656,15 +679,16 @@ def look_at_main_thread(skip_idents: set[int]) -> Look | None:
                     chain.append(frame)
                 coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
             signature = (id(getattr(task, "_fut_waiter", None)), tuple((id(f), f.f_lasti) for f in chain))
-            waits[id(task)] = (signature, _project(chain[::-1]))
-    running = []
+            waits[id(task)] = Wait(signature, _project(chain[::-1]), _bounded(chain))
+    running = {}
     for ident, frame in frames.items():
         if ident == main.ident or ident in skip_idents:
             continue
-        inner = _project(_stack(frame))
-        if inner and inner[0][0].parts[0] != "tests":
-            running.append(inner[0])
-    return Look(waits, running)
+        inner = [f for f in _stack(frame)
+                 if project_path(f.f_code.co_filename) is not None and f.f_code.co_name != "<module>"]
+        if inner and project_path(inner[0].f_code.co_filename).parts[0] != "tests":
+            running[(ident, id(inner[0]))] = _project(inner[:1])[0]
+    return Look({key: wait for key, wait in waits.items() if wait.frames}, running)
 
 
 @dataclass(frozen=True)
@@ -673,48 +697,37 @@ class WatchedTest:
     marked: list[Todo]  # the TODOs it is marked with
     scope: list[Todo]  # every TODO its code can run (its chapter's and earlier ones')
     limit_s: float | None = None  # its time limit
-    can_take_s: float = 0.0  # a wait this long is normal in it (@pytest.mark.can_take)
 
 
-def culprit_of(frames: list[tuple[Path, int, str]], look: Look, test: WatchedTest) -> Culprit | None:
-    """Whether a stuck wait (its frames) is the learner's: in a TODO's function, or for a TODO; else,
-    learner code running (and so blocking) in an actor of this process. A wait in given code (a fixture,
-    plumbing, process shutdown) is not the learner's; the test's time limit decides it."""
-    found = find_culprit(frames, test.scope)
-    if found is not None:
-        return found
-    for path, line, function in look.running:
-        own = todo_of_frame(path, function, test.scope)
-        if own is not None:
-            return Culprit(path, line, function, (own,), None)
-    return None
-
-
-def describe_hang(test: WatchedTest, waited_s: float, culprit: Culprit, look: Look) -> str:
+def describe_hang(test: WatchedTest, waited_s: float, culprit: Culprit, main_wait: Culprit | None,
+                  running: list[tuple[Path, int, str]]) -> str:
     checks = f" (it checks TODO {', '.join(t.key for t in test.marked)})" if test.marked else ""
-    lines = [f"Still waiting after {waited_s:.0f} s in {test.name}, with nothing moving{checks}.",
-             f"  It waits at   {culprit.where()}",
-             f"                {culprit.waiting_for()}"]
-    for path, line, function in look.running[:3]:
+    lines = [f"Still waiting after {waited_s:.0f} s in {test.name}, with nothing moving{checks}."]
+    shown = main_wait or culprit
+    lines.append(f"  It waits at   {shown.where()}")
+    if shown.todos:
+        lines.append(f"                {shown.waiting_for()}")
+    for path, line, function in running[:3]:
         lines.append(f"  Still running {path}:{line}: {_source_line(path, line)}   (in {function}, in this process)")
     lines.append(f"  Likely cause: {LIKELY_HANG_CAUSE}.")
     impl = os.environ.get(IMPL_ENV, "exercises")
     lines.append("  Look at " + "\n      and ".join(locate(todo, impl) for todo in culprit.todos))
-    if test.can_take_s:
-        lines.append(f"  (This test can take {test.can_take_s:g} s; it has waited longer than that.)")
     if test.limit_s:
         lines.append(f"  (The test's time limit stops it after {test.limit_s:g} s.)")
     return "\n".join(lines)
 
 
 class HangWatch:
-    """A watchdog thread. When the running test has made no progress for `after_s` seconds (or for its
-    @pytest.mark.can_take time, if longer), and what it waits for is the learner's code, it reports once
-    (per test) where it waits, through `notify(text, data)`.
+    """A watchdog thread for the waits that cannot end by themselves. It reports once (per test), through
+    `notify(text, data)`, when for `after_s` seconds with nothing moving:
+      - the main thread (or one of its asyncio tasks) waits, with no timeout, in a TODO's function or
+        for a TODO it calls; or
+      - a TODO's own code has been running in another thread of this process (an actor spawned here).
+    A wait with a timeout ends by itself, and its TimeoutError names the TODO (explain_failure). A wait
+    in given code (a fixture, plumbing, process shutdown) is not the learner's: the time limit decides.
 
-    No progress, for one wait: it stays the same objects at the same places, awaiting the same future
-    (each asyncio task is a wait of its own); for the main thread's own wait, also next to no CPU used,
-    and no poll's sleep (polling is progress).
+    Nothing moving, for one wait: the same objects at the same places, awaiting the same future; for the
+    main thread's own wait, also next to no CPU used and no poll's sleep (polling is progress).
     """
 
     def __init__(self, after_s: float, notify):
@@ -742,8 +755,30 @@ class HangWatch:
         with self._lock:
             self._test, self._noticed = None, False
 
+    def _culprit(self, look: Look, since: dict, now: float, test: WatchedTest) -> tuple[Culprit, float] | None:
+        """The learner's wait stuck longest (past after_s), and for how long; None if there is none."""
+        stuck = [(started, key) for key, (_, started) in since.items() if now - started >= self.after_s]
+        for started, key in sorted(stuck, key=lambda pair: pair[0]):
+            if key in look.waits:
+                wait = look.waits[key]
+                culprit = None if wait.bounded else find_culprit(wait.frames, test.scope)
+            else:
+                path, line, function = look.running[key]
+                own = todo_of_frame(path, function, test.scope)
+                culprit = Culprit(path, line, function, (own,), None) if own is not None else None
+            if culprit is not None:
+                return culprit, now - started
+        return None
+
+    def _main_wait(self, look: Look, test: WatchedTest) -> Culprit | None:
+        """Where the main thread waits (its first wait), to show beside learner code running elsewhere."""
+        for wait in look.waits.values():
+            path, line, function = wait.frames[0]
+            return find_culprit(wait.frames, test.scope) or Culprit(path, line, function, (), None)
+        return None
+
     def _watch(self) -> None:
-        since: dict[object, tuple[object, float]] = {}  # per wait: (its signature, since when it has not moved)
+        since: dict[object, tuple[object, float]] = {}  # per wait or running frame: (signature, since when)
         watched = None
         while not self._stop.wait(0.25):
             with self._lock:
@@ -757,22 +792,22 @@ class HangWatch:
                 if look is None:
                     continue
                 now = time.monotonic()
+                current = {key: wait.signature for key, wait in look.waits.items()}
+                current.update({key: key for key in look.running})
                 since = {key: (signature, since[key][1] if since.get(key, (None,))[0] == signature else now)
-                         for key, (signature, _) in look.waits.items()}
-                stuck = sorted((started, key) for key, (_, started) in since.items()
-                               if now - started >= max(self.after_s, test.can_take_s))
-                for started, key in stuck:  # the longest-stuck first
-                    culprit = culprit_of(look.waits[key][1], look, test)
-                    if culprit is None:
+                         for key, signature in current.items()}
+                found = self._culprit(look, since, now, test)
+                if found is None:
+                    continue
+                culprit, waited = found
+                with self._lock:
+                    if self._test is not test or self._noticed:
                         continue
-                    with self._lock:
-                        if self._test is not test or self._noticed:
-                            break
-                        self._noticed = True
-                    waited = now - started
-                    data = {"name": test.name, "todos": [t.key for t in culprit.todos], "waited_s": round(waited, 1),
-                            "waiting_at": [str(culprit.path), culprit.line, culprit.function]}
-                    self.notify(describe_hang(test, waited, culprit, look), data)
-                    break
+                    self._noticed = True
+                running = list(look.running.values())
+                main_wait = self._main_wait(look, test) if (culprit.path, culprit.line, culprit.function) in running else None
+                data = {"name": test.name, "todos": [t.key for t in culprit.todos], "waited_s": round(waited, 1),
+                        "waiting_at": [str(culprit.path), culprit.line, culprit.function]}
+                self.notify(describe_hang(test, waited, culprit, main_wait, running), data)
             except Exception as err:  # a notice must never break the session
                 print(f"[koans] hang notice failed: {type(err).__name__}: {err}", file=sys.stderr)
