@@ -10,8 +10,23 @@ nothing in it is a TODO, and docs/10_qwen_grpo.md explains the task. What it hol
 
 Both the tiny and the real model go through the same code: a chat template
 turns the task's message into the prompt text, and `generate` samples from
-exactly the model's distribution (temperature 1, no top-k/top-p), so the
-log-probabilities computed for what it sampled are those of the policy that acted.
+exactly the model's distribution, so the log-probabilities computed for what
+it sampled are those of the policy that acted.
+
+Why that needs care: `generate` reshapes the distribution with every logits
+processor its generation config asks for, and a hub checkpoint brings its own
+(generation_config.json: often a repetition penalty, a temperature, top-k and
+top-p). The generator stores log-probabilities from a plain forward pass
+(`response_logprobs`, the same function the trainer uses), so sampling from a
+reshaped distribution would store numbers that are not those of the tokens'
+distribution. There are two ways out: sample from the model's own distribution,
+or store log-probabilities of the processed scores. This file does the first.
+`load_policy` replaces the checkpoint's generation config with one that keeps
+only its special tokens, and `sample_group` asks for temperature 1 with no
+top-k and no top-p (transformers' own default top-k is 50). The second way
+would make the stored log-probabilities those of another distribution than the
+one the trainer computes and optimises: the ratio would differ from 1 before
+any update, and the clip would act on that gap instead of on the policy's change.
 """
 
 from __future__ import annotations
@@ -83,7 +98,22 @@ def load_policy(model: str | None = None, seed: int = 0, device: str = "cpu", dt
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"  # prompts end where answers start, in every row
+    policy.generation_config = neutral_generation_config(policy.generation_config)
     return policy.to(device=device, dtype=dtype), tokenizer
+
+
+def neutral_generation_config(loaded):
+    """A generation config that keeps only `loaded`'s special tokens.
+
+    `generate` fills every setting the caller leaves unset from the model's
+    generation config, so a checkpoint's repetition penalty (or min-p, banned
+    n-grams, suppressed tokens...) would reshape the distribution sampled from.
+    With this config, nothing but the model decides what is sampled.
+    """
+    from transformers import GenerationConfig
+
+    return GenerationConfig(bos_token_id=loaded.bos_token_id, eos_token_id=loaded.eos_token_id,
+                            pad_token_id=loaded.pad_token_id)
 
 
 @dataclass(frozen=True)
@@ -150,7 +180,11 @@ def pad_left(rows: list[torch.Tensor], pad_id: int) -> tuple[torch.Tensor, torch
 
 @torch.no_grad()
 def sample_group(model, tokenizer, prompt: Prompt, group_size: int, max_new_tokens: int = 16) -> dict:
-    """`group_size` sampled responses to one prompt: prompt ids, response ids, mask and decoded text."""
+    """`group_size` sampled responses to one prompt: prompt ids, response ids, mask and decoded text.
+
+    Sampled from the model's own distribution: temperature 1, no top-k, no
+    top-p, and (for a model from `load_policy`) no processor from a checkpoint.
+    """
     ids = torch.tensor([prompt_ids(tokenizer, prompt)] * group_size, device=model.device)
     out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=1.0, top_k=0,
                          top_p=1.0, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,

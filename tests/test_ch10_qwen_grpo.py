@@ -198,6 +198,38 @@ def test_from_pretrained_loads_the_same_policy_and_a_grpo_step_trains_it(chapter
     assert grads and any(g.abs().sum() > 0 for g in grads), "the loss reaches the weights"
 
 
+def test_a_checkpoints_generation_config_does_not_change_what_is_sampled(chapter, plumbing, tmp_path, monkeypatch):
+    """A hub checkpoint's generation_config.json may ask `generate` for a repetition penalty, a
+    temperature, top-k or top-p. The stored log-probabilities come from the model's own distribution
+    (response_logprobs), so the tokens must be sampled from exactly that distribution."""
+    model, tokenizer = chapter.load_policy(None, seed=0)
+    model.generation_config.update(do_sample=True, repetition_penalty=1.3, temperature=0.7, top_k=20, top_p=0.8)
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    from transformers import GenerationConfig
+
+    assert GenerationConfig.from_pretrained(tmp_path).repetition_penalty == 1.3, "the checkpoint asks for a penalty"
+    model, tokenizer = chapter.load_policy(str(tmp_path))
+    sampled_from = []  # the distribution of each step's draw, as `generate` hands it to torch.multinomial
+    draw = torch.multinomial
+    monkeypatch.setattr(torch, "multinomial", lambda probs, *a, **k: sampled_from.append(probs.clone()) or draw(probs, *a, **k))
+    torch.manual_seed(0)
+    group = plumbing.sample_group(model, tokenizer, chapter.CountingTask().sample(random.Random(1)), group_size=4,
+                                  max_new_tokens=6)
+    monkeypatch.undo()
+    prompts, responses, mask = group["prompt_ids"].expand(4, -1), group["responses"], group["mask"]
+    with torch.no_grad():  # the model's own log-probabilities, which the generator stores (response_logprobs)
+        logits = model(torch.cat([prompts, responses], dim=1)).logits[:, prompts.shape[1] - 1:-1].float()
+    own = torch.log_softmax(logits, dim=-1).gather(-1, responses[..., None]).squeeze(-1)
+    assert len(sampled_from) >= responses.shape[1]
+    for t in range(responses.shape[1]):
+        drawn = torch.log(sampled_from[t].gather(1, responses[:, t:t + 1]).squeeze(1))
+        live = mask[:, t].bool()
+        assert close(drawn[live], own[live, t]), (
+            f"response token {t}: drawn with log-probabilities {drawn[live].tolist()}, but the model gives "
+            f"{own[live, t].tolist()}: `generate` applied the checkpoint's generation_config")
+
+
 # --- The whole trainer, on real actors ----------------------------------------------------------
 
 
