@@ -212,7 +212,12 @@ def test_a_checkpoints_generation_config_does_not_change_what_is_sampled(chapter
     model, tokenizer = chapter.load_policy(str(tmp_path))
     sampled_from = []  # the distribution of each step's draw, as `generate` hands it to torch.multinomial
     draw = torch.multinomial
-    monkeypatch.setattr(torch, "multinomial", lambda probs, *a, **k: sampled_from.append(probs.clone()) or draw(probs, *a, **k))
+
+    def recording_draw(probs, *args, **kwargs):
+        sampled_from.append(probs.clone())
+        return draw(probs, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "multinomial", recording_draw)
     torch.manual_seed(0)
     group = plumbing.sample_group(model, tokenizer, chapter.CountingTask().sample(random.Random(1)), group_size=4,
                                   max_new_tokens=6)

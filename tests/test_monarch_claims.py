@@ -9,18 +9,28 @@ ten-line script behind a sentence of the docs, and prints nothing unless the cla
                           Monarch itself checks shape and size but never dtype
   docs/02_actor_mesh.md   context().actor_instance.rank is the actor's own place; current_rank()
                           is the message's view, renumbered by a slice
+  docs/02_actor_mesh.md   an endpoint that raises under broadcast() has no caller to hand the error to:
+                          the actor dies and the failure reaches the fault hook; under call_one the
+                          caller gets ActorError and the actor lives
+  docs/05_supervision.md  a caller's timeout does not cancel the remote call: the endpoint runs on
+                          and finishes; an out-of-memory exception raised in an endpoint is an
+                          ActorError like any other, and the actor still answers
 """
 
+import asyncio
 import os
 import pickle
 import signal
+import threading
+import time
 
 import pytest
 import torch
 from monarch._rust_bindings.monarch_hyperactor.supervision import SupervisionError
-from monarch.actor import ActorError, this_proc
+from monarch.actor import Actor, ActorError, endpoint, this_proc
 from monarch.rdma import RDMABuffer
 
+from koans import harness
 from koans.claim_actors import Broken, Holder, Probe
 
 TIMEOUT = 30
@@ -104,3 +114,77 @@ def test_the_actors_own_place_and_the_messages_view(shared_procs, test_tag):
     assert probes.slice(procs=2).places.call_one().get(timeout=TIMEOUT) == ({}, {"procs": 2})
     here = this_proc().spawn(f"here_{test_tag}", Probe)
     assert here.ping.call_one().get(timeout=TIMEOUT) == os.getpid()
+
+
+def test_an_error_under_broadcast_kills_the_actor_and_reaches_the_fault_hook(fresh_procs):
+    procs = fresh_procs(procs=1)  # this mesh ends with a dead actor: not a shared one
+    probe = procs.spawn("broadcast_boom", Probe)  # a short name: a failure names its mesh by a prefix of it
+    with pytest.raises(ActorError):  # a call has a reply port: the error goes back to the caller
+        probe.boom.call_one().get(timeout=TIMEOUT)
+    assert probe.ping.call_one().get(timeout=TIMEOUT), "after an error under call_one the actor lives"
+    faults_before = len(harness.recorded_faults)
+    probe.boom.broadcast()  # no reply port: nobody to hand the error to
+    with pytest.raises(SupervisionError):  # messages arrive in order: ping comes after the failed boom
+        probe.ping.call_one().get(timeout=TIMEOUT)
+    deadline = time.monotonic() + TIMEOUT
+    while not any(f.mesh_name.startswith("broadcast_boom") for f in harness.recorded_faults[faults_before:]):
+        assert time.monotonic() < deadline, "the broadcast's failure never reached the fault hook"
+        time.sleep(0.1)
+
+
+# Actors spawned in this process (this_proc()): their class may live in this test module (another
+# process could not import it), and they share the test's Events. A caller's timeout is the caller's
+# alone either way: no message goes to the actor when it expires.
+STARTED, RELEASE, EVENTS = threading.Event(), threading.Event(), []
+
+
+class Gated(Actor):
+    def __init__(self):
+        self.finished = 0
+
+    @endpoint
+    def work(self) -> str:
+        EVENTS.append("endpoint started")
+        STARTED.set()
+        RELEASE.wait(timeout=TIMEOUT)  # runs until the test lets it go, after the caller gave up
+        self.finished += 1
+        EVENTS.append("endpoint finished")
+        return "done"
+
+    @endpoint
+    def finished_calls(self) -> int:
+        return self.finished
+
+    @endpoint
+    def out_of_memory(self, kind: str) -> None:
+        if kind == "torch":  # what a CUDA allocation that does not fit raises
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        raise MemoryError()
+
+
+@pytest.mark.parametrize("wait", ["get", "asyncio.wait_for"])
+def test_a_timeout_does_not_cancel_the_remote_call(wait, test_tag):
+    for fresh in (STARTED, RELEASE, EVENTS):
+        fresh.clear()
+    gated = this_proc().spawn(f"gated_{test_tag}", Gated)
+    call = gated.work.call_one()
+    assert STARTED.wait(timeout=TIMEOUT), "the endpoint never started"
+    with pytest.raises(TimeoutError):
+        if wait == "get":
+            call.get(timeout=0.2)
+        else:
+            asyncio.run(asyncio.wait_for(call, 0.2))  # how chapters 05 and 06 wait
+    EVENTS.append("caller timed out")
+    RELEASE.set()
+    # Messages from one caller arrive in order: this one is handled after `work` ends.
+    assert gated.finished_calls.call_one().get(timeout=TIMEOUT) == 1, "the endpoint ran to its end"
+    assert EVENTS == ["endpoint started", "caller timed out", "endpoint finished"]
+
+
+@pytest.mark.parametrize("kind", ["torch", "python"])
+def test_an_out_of_memory_error_in_an_endpoint_is_an_actor_error(kind, test_tag):
+    actor = this_proc().spawn(f"oom_{test_tag}", Gated)
+    with pytest.raises(ActorError) as raised:
+        actor.out_of_memory.call_one(kind).get(timeout=TIMEOUT)
+    assert isinstance(raised.value.exception, torch.OutOfMemoryError if kind == "torch" else MemoryError)
+    assert actor.finished_calls.call_one().get(timeout=TIMEOUT) == 0, "the actor still answers"
