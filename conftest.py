@@ -52,6 +52,7 @@ def pytest_configure(config):
     config.koans_impl = impl
     config.koans_results = ResultLog(config.getoption("--koans-json"))
     config.koans_progress = ProgressLog(config.getoption("--koans-progress"))
+    _CONFIG["config"] = config
 
 
 def pytest_report_header(config):
@@ -277,6 +278,17 @@ def pytest_runtest_makereport(item, call):
             report.sections.append(("koans: where to look", text))
     item.config.koans_results.add(item.name, report, [todo.key for todo in todos])
     return report
+
+
+def pytest_warning_recorded(warning_message, when, nodeid, location):
+    """Kept for the koans runner, which shows each warning once (pytest's summary is not shown there)."""
+    config = _CONFIG.get("config")
+    if config is not None:
+        config.koans_results.warn(warning_message.category.__name__, str(warning_message.message),
+                                  f"{warning_message.filename}:{warning_message.lineno}")
+
+
+_CONFIG: dict = {}
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -2,11 +2,13 @@
 
     koans                  walk the workshop track in order; stop at the first chapter not done,
                            show its first failing test and a hint (passed chapters are not re-run)
-    koans list             both tracks, each chapter's last recorded result (instant); --refresh re-runs all
+    koans list             both tracks, each chapter's last recorded result (instant); --refresh
+                           re-runs the chapters that changed since their last run
     koans check N          run chapter N's tests, stopping at the first failure
-                           (-v: each test as it finishes, and the failure's whole traceback;
+                           (-v: every test, each as it finishes, and the first failure's whole traceback;
                             koans check N -- ARGS: pass ARGS to pytest)
-    koans hint N           the next hint for the TODO chapter N is stuck on (one more each time you ask)
+    koans hint N [TODO]    the next hint for the TODO chapter N is stuck on, or for the TODO named
+                           (one more each time you ask)
     koans watch            re-check whenever an exercise file changes; on a pass, go on to the next chapter
     koans reset N          put chapter N's stub back (asks first; --yes to skip asking; --undo brings yours back)
     koans grade            score every chapter (Gradescope results.json)
@@ -337,12 +339,22 @@ def _header(chapter: Chapter) -> None:
     print(f"Chapter {chapter.number:02d}: {chapter.title}   ({_rel(chapter.source_file('exercises'))})", flush=True)
 
 
+def _show_warnings(run: ChapterRun, limit: int | None = 3) -> None:
+    """Python's warnings, each once: often the one line that says what is wrong (a blocking get() in async code)."""
+    for warning in run.warnings[:limit]:
+        text = " ".join(warning["message"].split())
+        print(_fill(text[:400] + ("..." if len(text) > 400 else ""), f"  Python warned: {warning['category']}: ", "    "))
+    if limit is not None and len(run.warnings) > limit:
+        print(f"  ... and {len(run.warnings) - limit} more warning(s): koans check {run.chapter.number} -v")
+
+
 def show_run(chapter: Chapter, run: ChapterRun, verbose: bool = False) -> int:
     """Print a chapter's result (its header is printed before it runs); 0 if it passed."""
     if run.syntax_error:
         print(run.syntax_error)
         return 1
     print(f"  {_counts(run)}")
+    _show_warnings(run, None if verbose else 3)
     if run.passed:
         print(f"  Chapter {chapter.number:02d} is done. Read docs/{chapter.doc_file.name} for the why.")
         return 0
@@ -360,7 +372,7 @@ def cmd_check(chapter: Chapter, verbose: bool = False, extra_args: tuple[str, ..
     if chapter.gpu_missing():
         print(f"Chapter {chapter.number:02d}: skipped: this chapter needs a CUDA GPU and none is visible here")
         return 0
-    run = _run(chapter, announce=True, extra_args=extra_args, verbose=verbose)
+    run = _run(chapter, announce=True, extra_args=extra_args, verbose=verbose, first_failure_only=not verbose)
     return show_run(chapter, run, verbose)
 
 
@@ -408,6 +420,7 @@ def walk(quiet_when_unchanged: bool = False) -> int:
         run = _run(chapter, announce=True)
         if run.passed:
             print(f"  {_counts(run)}: done.", flush=True)
+            _show_warnings(run)
             _elective_after(chapter)
             continue
         return show_run(chapter, run)
@@ -450,12 +463,13 @@ def cmd_list(refresh: bool = False) -> int:
     """Both tracks, from the recorded results (nothing runs, unless refresh)."""
     chosen = set(selected_chapters())
     if refresh:
-        for chapter in [c for c in CHAPTERS if c in chosen]:
-            if chapter.gpu_missing():
-                continue
-            print(f"running chapter {chapter.number:02d} ...", flush=True)
+        state = _load_state()
+        changed = [c for c in CHAPTERS if c in chosen and not c.gpu_missing() and not _recorded(c, state)[1]]
+        for chapter in changed:
+            print(f"running chapter {chapter.number:02d} (changed since its last run, or never run) ...", flush=True)
             _run(chapter, first_failure_only=False)
-        print()
+        kept = len([c for c in CHAPTERS if c in chosen]) - len(changed)
+        print(f"{len(changed)} chapter(s) re-run; {kept} unchanged since their last run, kept as recorded.\n")
     state = _load_state()
     recorded = {c: _recorded(c, state) for c in CHAPTERS if c in chosen}  # (entry, fresh): each fingerprint once
     header = ("#", "chapter", "min", "status", "tests")
@@ -464,27 +478,46 @@ def cmd_list(refresh: bool = False) -> int:
         if not chapters:
             continue
         rows = [_list_row(c, *recorded[c]) for c in chapters]
-        done = sum(1 for c in chapters if recorded[c][1] and recorded[c][0].get("status") == "done")
-        print(f"{name}: {done} of {len(chapters)} done, ~{sum(c.minutes for c in chapters)} min in all")
+        done = [c for c in chapters if recorded[c][0] and recorded[c][0].get("status") == "done"]
+        stale = sum(1 for c in done if not recorded[c][1])
+        note = f" ({stale} changed since they passed: koans list --refresh re-checks them)" if stale else ""
+        print(f"{name}: {len(done)} of {len(chapters)} done{note}, ~{sum(c.minutes for c in chapters)} min in all")
         for line in _table(rows, header, right={2, 4}):
             print("  " + line)
         print()
     stale = [c for c, (entry, fresh) in recorded.items() if entry and not fresh]
     print("Results as last recorded by koans / koans check / koans watch"
-          + ("; stale: files changed since." if stale else ".") + " Re-run them all: koans list --refresh")
+          + ("; stale: files changed since." if stale else ".")
+          + " Re-run the ones that changed: koans list --refresh")
     return 0
 
 
 # ---------------------------------------------------------------- hint
 
 
-def cmd_hint(chapter: Chapter) -> int:
-    """One more hint for the TODO the chapter is stuck on (its recorded first failure's TODO;
-    else the first TODO still stubbed; else its first TODO)."""
+def find_todo(chapter: Chapter, name: str) -> str:
+    """The key of the chapter's TODO called `name`: its key, or the last part of it ("route" for
+    "Service.route"), in any case. KeyError, listing the chapter's TODOs, if none or several match."""
+    keys = [todo.key for todo in todos_of(chapter)]
+    wanted = name.strip().lower()
+    found = [key for key in keys if key.lower() == wanted] or [key for key in keys if key.lower().split(".")[-1] == wanted]
+    if len(found) != 1:
+        raise KeyError(f"chapter {chapter.number:02d} has no TODO {name!r}" if not found else
+                       f"{name!r} names several TODOs of chapter {chapter.number:02d}: {', '.join(found)}")
+    return found[0]
+
+
+def cmd_hint(chapter: Chapter, name: str | None = None) -> int:
+    """One more hint for a TODO: the one named, else the one the chapter is stuck on (its recorded first
+    failure's TODO; else the first TODO still stubbed; else its first TODO). Lists the chapter's TODOs."""
     state = _load_state()
-    entry, _ = _recorded(chapter, state)
+    entry, fresh = _recorded(chapter, state)
     failure = (entry or {}).get("first_failure")
-    key = failing_todo(chapter, failure)
+    try:
+        key = find_todo(chapter, name) if name else failing_todo(chapter, failure)
+    except KeyError as err:
+        print(f"koans: {err.args[0]}. Its TODOs: {', '.join(t.key for t in todos_of(chapter))}", file=sys.stderr)
+        return 2
     hints = hints_of(chapter, key) if key else ()
     if not hints:
         print(f"Chapter {chapter.number:02d} has no hints. The concepts: docs/{chapter.doc_file.name}")
@@ -495,14 +528,24 @@ def cmd_hint(chapter: Chapter) -> int:
     upto = min(shown[chapter.tag].get(key, 0) + 1, len(hints))
     shown[chapter.tag][key] = upto
     _save_state(state)
-    why = f" (the TODO of {failure['name']}, its first failure)" if failure else ""
+    if name:
+        why = ""
+    elif failure and key in (failure.get("todos") or []):
+        why = f" (the TODO of {failure['name']}, its first failure)"
+    elif entry and fresh and entry.get("status") == "done":
+        why = " (the chapter passes; name a TODO to see its hints)"
+    else:
+        why = ""
     print(f"Chapter {chapter.number:02d}: hint {upto} of {len(hints)} for {key}{why}")
     for number, hint in enumerate(hints[:upto], start=1):
         print(_fill(hint, f"  {number}. ", "     "))
     if upto < len(hints):
-        print(f"  Ask again for the next one: koans hint {chapter.number}")
+        print(f"  Ask again for the next one: koans hint {chapter.number} {key.split('.')[-1]}")
     else:
         print(f"  That was the last hint for {key}. The concepts: docs/{chapter.doc_file.name}")
+    others = [todo.key for todo in todos_of(chapter) if todo.key != key]
+    if others:
+        print(f"  The chapter's other TODOs: {', '.join(others)}  (koans hint {chapter.number} TODO)")
     return 0
 
 
@@ -560,8 +603,17 @@ def cmd_reset(chapter: Chapter, yes: bool) -> int:
         print(f"{_rel(target)} is already the pristine stub.")
         return 0
     if not yes:
-        answer = input(f"Replace {_rel(target)} with the original stub? Your version is kept in "
-                       ".koans/backups (koans reset {chapter.number} --undo brings it back). [y/N] ")
+        question = (f"Replace {_rel(target)} with the original stub? Your version is kept in "
+                    f".koans/backups (koans reset {chapter.number} --undo brings it back). [y/N] ")
+        if not sys.stdin.isatty():
+            print(f"koans reset {chapter.number}: nothing changed. There is no terminal to ask whether to replace "
+                  f"{_rel(target)}; run `koans reset {chapter.number} --yes` to replace it without asking.",
+                  file=sys.stderr)
+            return 2
+        try:
+            answer = input(question)
+        except EOFError:
+            answer = ""
         if answer.strip().lower() not in ("y", "yes"):
             print("Nothing changed.")
             return 1
@@ -637,12 +689,14 @@ def main(argv: list[str] | None = None) -> int:
                                      epilog="\n\n".join(__doc__.split("\n\n")[1:]))
     sub = parser.add_subparsers(dest="command")
     listing = sub.add_parser("list", help="both tracks, with each chapter's last result")
-    listing.add_argument("--refresh", action="store_true", help="run every chapter again first")
+    listing.add_argument("--refresh", action="store_true", help="first re-run the chapters that changed since their last run")
     check = sub.add_parser("check", help="run one chapter's tests (koans check N -- ARGS passes ARGS to pytest)")
     check.add_argument("chapter", help="chapter number, e.g. 1")
     check.add_argument("-v", "--verbose", action="store_true",
-                       help="each test as it finishes; the failure's whole traceback (pytest --tb=short)")
-    sub.add_parser("hint", help="the next hint for the TODO a chapter is stuck on").add_argument("chapter")
+                       help="run every test, each shown as it finishes; the first failure's whole traceback")
+    hint = sub.add_parser("hint", help="the next hint for a TODO (the one the chapter is stuck on, or the one named)")
+    hint.add_argument("chapter")
+    hint.add_argument("todo", nargs="?", default=None, help='a TODO of the chapter, e.g. "route" or "Service.route"')
     watch = sub.add_parser("watch", help="re-check when an exercise changes")
     watch.add_argument("--interval", type=float, default=1.0, help="seconds between looks at the files")
     watch.add_argument("--max-checks", type=int, default=None, help=argparse.SUPPRESS)  # for tests
@@ -681,7 +735,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "check":
             return cmd_check(find_chapter(args.chapter), args.verbose, tuple(passthrough))
         if args.command == "hint":
-            return cmd_hint(find_chapter(args.chapter))
+            return cmd_hint(find_chapter(args.chapter), args.todo)
         if args.command == "list":
             return cmd_list(args.refresh)
         if args.command == "watch":

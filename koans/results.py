@@ -28,6 +28,12 @@ class ResultLog:
         self.path = Path(path) if path else None
         self.tests: dict[str, dict] = {}
         self.collected: int | None = None
+        self.warnings: list[dict] = []  # each distinct warning once, in the order they came
+
+    def warn(self, category: str, message: str, where: str) -> None:
+        entry = {"category": category, "message": message, "where": where}
+        if not any(w["category"] == category and w["message"] == message for w in self.warnings):
+            self.warnings.append(entry)
 
     def add(self, name: str, report, todo_keys: list[str]) -> None:
         entry = self.tests.setdefault(
@@ -54,7 +60,7 @@ class ResultLog:
         if self.path is None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        data = {"tests": list(self.tests.values()), "collected": self.collected,
+        data = {"tests": list(self.tests.values()), "collected": self.collected, "warnings": self.warnings,
                 "leftover_processes": [pid for pid, _ in leftover_processes]}
         self.path.write_text(json.dumps(data, indent=2))
 

@@ -41,6 +41,7 @@ class ChapterRun:
     running: dict | None = None  # the test that was running when the time limit struck
     hangs: list[dict] = field(default_factory=list)  # hang notices, as they were sent
     syntax_error: str | None = None  # set by the CLI instead of running pytest at all
+    warnings: list[dict] = field(default_factory=list)  # Python warnings the run raised, each once
     time_limit_s: float = CHAPTER_TIME_LIMIT_S
 
     def count(self, outcome: str) -> int:
@@ -147,6 +148,7 @@ def run_chapter(
             run.tests = data["tests"]
             run.collected = data.get("collected", run.collected)
             run.leftover_processes = data["leftover_processes"]
+            run.warnings = data.get("warnings", [])
             run.running = None
         else:  # killed: what finished before that
             run.tests = list(done_tests.values())

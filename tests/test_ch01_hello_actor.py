@@ -6,6 +6,7 @@ spawn_greeter. Until you write spawn_greeter, they spawn with Monarch's own
 """
 
 import asyncio
+import math
 import os
 
 import pytest
@@ -82,13 +83,18 @@ def test_the_actor_reports_the_device_its_process_sees(chapter, remote_procs, de
 @pytest.mark.todo("start_one_process")
 def test_start_one_process_makes_a_mesh_of_one_new_process(chapter):
     procs = chapter.start_one_process()
+    sizes = dict(procs.sizes)
+    ours = False
     try:
-        sizes = dict(procs.sizes)
-        assert sizes == {"procs": 1}, f"expected a mesh of exactly one process, got dimensions {sizes}"
+        assert math.prod(sizes.values()) == 1, (
+            f"start_one_process should make a mesh of exactly one process; this one has dimensions {sizes}")
         where = procs.spawn("greeter", chapter.Greeter, "Remy").whereabouts.call_one().get(timeout=STARTUP_TIMEOUT)
-        assert where["pid"] != os.getpid()
+        ours = where["pid"] == os.getpid()
+        assert not ours, ("start_one_process should start a new process; the mesh it returned is this very "
+                          "process (what this_proc() gives)")
     finally:
-        procs.stop().get(timeout=STARTUP_TIMEOUT)
+        if not ours:  # this process itself is not ours to stop
+            procs.stop().get(timeout=STARTUP_TIMEOUT)
 
 
 @pytest.mark.todo("spawn_greeter")
@@ -97,5 +103,8 @@ def test_spawn_greeter_works_on_any_proc_mesh(chapter, remote_procs):
     there = chapter.spawn_greeter(remote_procs, "Barbara")
     assert here.greet.call_one("you").get(timeout=TIMEOUT) == "Hello, you! I am Ada (greeting #1)."
     assert there.greet.call_one("you").get(timeout=STARTUP_TIMEOUT) == "Hello, you! I am Barbara (greeting #1)."
-    pids = {g.whereabouts.call_one().get(timeout=TIMEOUT)["pid"] for g in (here, there)}
-    assert len(pids) == 2, "the same spawn call put one greeter here and one in the other process"
+    pids = [g.whereabouts.call_one().get(timeout=TIMEOUT)["pid"] for g in (here, there)]
+    assert pids == [os.getpid(), pids[1]] and pids[1] != os.getpid(), (
+        f"spawn_greeter(this_proc(), ...) should put its greeter in this process ({os.getpid()}) and "
+        f"spawn_greeter(remote_procs, ...) in the other one; they answered from pids {pids}: use the ProcMesh "
+        "you are given")

@@ -54,9 +54,33 @@ def test_an_exception_in_an_endpoint_is_not_a_death(chapter, child):
 
 @pytest.mark.todo("classify")
 def test_no_answer_in_time_is_a_timeout(chapter, child):
-    outcome = asyncio.run(chapter.classify(child.stall.call_one(2.0), timeout=0.2, where="child"))
+    outcome = asyncio.run(chapter.classify(child.stall.call_one(0.6), timeout=0.2, where="child"))
     assert outcome.kind == "timeout" and isinstance(outcome.value, TimeoutError) and outcome.where == "child"
     assert ask(child.ping, 3)["x"] == 3, "a slow actor is not a dead one"
+
+
+@pytest.mark.todo("classify")
+def test_waiting_lets_other_tasks_run(chapter, child):
+    """classify is async: while it waits for a reply, the event loop runs other tasks (a `.get()` would
+    block the whole loop: nothing else could run until the reply came)."""
+    ticks = []
+
+    async def scenario():
+        async def ticker():
+            while True:
+                ticks.append(len(ticks))
+                await asyncio.sleep(0.01)
+
+        ticking = asyncio.create_task(ticker())
+        outcome = await chapter.classify(child.stall.call_one(0.3), timeout=STARTUP_TIMEOUT, where="child")
+        ran_meanwhile = len(ticks)  # read before this task yields again
+        ticking.cancel()
+        return outcome, ran_meanwhile
+
+    outcome, ran_meanwhile = asyncio.run(scenario())
+    assert outcome.kind == "ok"
+    assert ran_meanwhile > 0, ("nothing else ran while classify waited: it blocked the event loop. In async "
+                               "code, wait with `await` (asyncio.wait_for), never with `.get()`")
 
 
 @pytest.mark.todo("classify")
@@ -98,7 +122,9 @@ def test_a_killed_child_is_detected_recorded_and_replaced(plumbing, supervised, 
     assert status["generation"] == 2
     assert len(status["failures"]) == 1, f"one death, one record: {status['failures']}"
     record = status["failures"][0]
-    assert record["generation"] == 1 and record["mesh"].startswith("child_g1"), "the record names the mesh that died"
+    assert record["generation"] == 1, (
+        f"the record's generation is the dead child's (1), not {record['generation']}: record it before you respawn")
+    assert record["mesh"].startswith("child_g1"), f"the record names the mesh that died, not {record['mesh']!r}"
     assert "exited" in record["report"]
     replacement = ask(supervisor.ask, 2, timeout=STARTUP_TIMEOUT)
     assert replacement["x"] == 2 and replacement["pid"] != first_pid, "the replacement runs in a new process"

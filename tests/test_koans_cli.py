@@ -57,6 +57,21 @@ def koans(root, *args, stdin=None, timeout=LIMIT_S, **env):
     return done.returncode, done.stdout + done.stderr
 
 
+def koans_at_a_terminal(root, *args, answer: str, timeout=LIMIT_S):
+    """`koans ARGS` with a terminal (a pty) for its input, which answers `answer`; (code, output)."""
+    import pty
+
+    leader, follower = pty.openpty()
+    try:
+        os.write(leader, answer.encode())
+        done = subprocess.run([sys.executable, "-m", "koans", *args], cwd=root, env=environment(), stdin=follower,
+                              capture_output=True, text=True, timeout=timeout)
+    finally:
+        os.close(leader)
+        os.close(follower)
+    return done.returncode, done.stdout + done.stderr
+
+
 class Follow:
     """A running `koans` command whose output is read as it comes (a thread drains the pipe)."""
 
@@ -180,7 +195,7 @@ def test_list_shows_both_tracks_from_recorded_results_at_once(project, first_wal
     assert re.split(r"\s{2,}", rows["04"].strip())[2:] == ["15", "not run", "-"]
 
 
-def test_list_marks_a_chapter_stale_when_its_files_change(project, first_walk, tmp_path):
+def test_list_marks_a_chapter_stale_when_its_files_change_and_refresh_reruns_only_it(project, first_walk, tmp_path):
     shutil.copytree(project, tmp_path / "copy", ignore=shutil.ignore_patterns("__pycache__"))
     root = tmp_path / "copy"
     test_file = root / "tests" / "test_ch01_hello_actor.py"
@@ -189,6 +204,13 @@ def test_list_marks_a_chapter_stale_when_its_files_change(project, first_walk, t
     assert code == 0
     assert re.search(r"01\s+Hello, actor\s+15\s+done \(stale\)\s+9/9", out), out
     assert re.search(r"02\s+Actor meshes and adverbs\s+20\s+pending\s+0/12", out), out
+    assert "Workshop track: 1 of 2 done (1 changed since they passed" in out, "a stale pass still counts as done"
+    recorded = state_of(root)["results"]["ch02"]
+    code, out = koans(root, "list", "--refresh")
+    assert "running chapter 01" in out and "running chapter 02" not in out, "only what changed is re-run"
+    assert "1 chapter(s) re-run; 1 unchanged since their last run" in out
+    assert state_of(root)["results"]["ch02"] == recorded
+    assert re.search(r"01\s+Hello, actor\s+15\s+done\s+9/9", out), out
 
 
 def test_hint_steps_through_the_hints_of_the_failing_todo(project, first_walk):
@@ -198,6 +220,35 @@ def test_hint_steps_through_the_hints_of_the_failing_todo(project, first_walk):
     assert "hint 1 of 3 for Worker.whoami" in first and "hint 2 of 3 for Worker.whoami" in second
     assert flat(hints[0]) in flat(first) and flat(hints[1]) not in flat(first)
     assert flat(hints[0]) in flat(second) and flat(hints[1]) in flat(second)
+
+
+def test_hint_names_a_todo_and_lists_the_others_on_a_passing_chapter(project, first_walk):
+    hints = find_chapter(1).hints_for("Greeter.whereabouts")
+    code, out = koans(project, "hint", "1", "whereabouts")
+    assert code == 0 and f"hint 1 of {len(hints)} for Greeter.whereabouts" in out and flat(hints[0]) in flat(out)
+    assert "The chapter's other TODOs: Greeter.greet, start_one_process, spawn_greeter" in out
+    code, out = koans(project, "hint", "1")
+    assert code == 0 and "(the chapter passes; name a TODO to see its hints)" in out
+    code, out = koans(project, "hint", "1", "nothing_like_it")
+    assert code == 2 and "no TODO 'nothing_like_it'" in out and "Greeter.greet, Greeter.whereabouts" in out
+
+
+def test_check_v_runs_every_test_and_shows_each(project, first_walk):
+    code, out = koans(project, "check", "2", "-v")
+    assert code == 1, out
+    shown = re.findall(r"^\s+(?:failed|passed|error)\s+(test_\w+)", out, flags=re.M)
+    assert len(shown) == 12 and "0/12 tests pass" in out and "stopped at the first failure" not in out, out
+
+
+def test_python_warnings_are_shown_once(tmp_path):
+    root = make_copy(tmp_path, solved=(5,))
+    exercise = root / "exercises" / "ch05_supervision.py"
+    exercise.write_text(exercise.read_text().replace("await asyncio.wait_for(future, timeout)",
+                                                     "future.get(timeout=timeout)", 1))
+    code, out = koans(root, "check", "5", "--", "-k", "waiting_lets_other_tasks_run", KOANS_CHAPTERS="5")
+    assert code == 1, out
+    warned = "Python warned: UserWarning: Blocking get() was called from a running asyncio event loop"
+    assert flat(out).count(warned) == 1, out
 
 
 def test_check_takes_v_and_passes_arguments_after_dashes_to_pytest(project, first_walk):
@@ -234,8 +285,12 @@ def test_reset_restores_the_stub_and_undo_brings_back_the_learners_version(tmp_p
     root = make_copy(tmp_path)
     exercise = root / "exercises" / "ch01_hello_actor.py"
     solved = exercise.read_text()
-    code, out = koans(root, "reset", "1", stdin="n\n")
+    code, out = koans_at_a_terminal(root, "reset", "1", answer="n\n")
     assert code == 1 and "Nothing changed" in out and exercise.read_text() == solved, "asks first; 'n' keeps the file"
+    assert "koans reset 1 --undo brings it back" in out, "the question names the chapter"
+    code, out = koans(root, "reset", "1", stdin="")  # no terminal to ask at
+    assert code == 2 and "koans reset 1 --yes" in out and "Traceback" not in out, out
+    assert exercise.read_text() == solved
     code, out = koans(root, "reset", "1", "--undo")
     assert code == 1 and "nothing to undo" in out, "no reset yet: a clear refusal"
     code, out = koans(root, "reset", "1", "--yes")
