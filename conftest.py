@@ -259,7 +259,7 @@ def pytest_runtest_makereport(item, call):
     finally:
         if failing:
             gc.enable()
-    todos = _marked_todos(item)
+    todos = marked = _marked_todos(item)
     if report.failed and call.excinfo is not None:
         chapter = chapter_for_module(item.path.stem)
         scope = harness.scope_todos(chapter) if chapter else todos
@@ -276,7 +276,7 @@ def pytest_runtest_makereport(item, call):
             report.longrepr = text
         elif text:
             report.sections.append(("koans: where to look", text))
-    item.config.koans_results.add(item.name, report, [todo.key for todo in todos])
+    item.config.koans_results.add(item.name, report, [todo.key for todo in todos], [todo.key for todo in marked])
     return report
 
 

@@ -11,6 +11,7 @@
                            (one more each time you ask)
     koans watch            re-check whenever an exercise file changes; on a pass, go on to the next chapter
     koans reset N          put chapter N's stub back (asks first; --yes to skip asking; --undo brings yours back)
+    koans workshop         the 3-hour workshop's depth: the stretch TODOs are given as code (--off: write them too)
     koans grade            score every chapter (Gradescope results.json)
     koans autograder       build the Gradescope autograder zip (setup.sh, run_autograder, this project)
     koans viz              an HTML page of chapter 10's timeline, with a sync-to-async slider
@@ -599,6 +600,11 @@ def cmd_reset(chapter: Chapter, yes: bool) -> int:
     solution = chapter.source_file("solutions")
     target = chapter.source_file("exercises")
     stub = make_exercise(solution.read_text(), str(solution))
+    state = _load_state()
+    if state.get("depth") == "workshop" and chapter.stretch:  # the workshop's stub: stretch TODOs given
+        from koans import depth
+
+        stub, _ = depth.fill_text(chapter, stub, _root())
     if target.is_file() and target.read_text() == stub:
         print(f"{_rel(target)} is already the pristine stub.")
         return 0
@@ -619,7 +625,6 @@ def cmd_reset(chapter: Chapter, yes: bool) -> int:
             return 1
     backup = _backup(target)
     target.write_text(stub)
-    state = _load_state()
     state.get("hints_shown", {}).pop(chapter.tag, None)
     if backup:
         state.setdefault("resets", {})[chapter.tag] = {"backup": _rel(backup), "at": time.strftime("%Y-%m-%d %H:%M:%S")}
@@ -669,6 +674,39 @@ def cmd_undo_reset(chapter: Chapter) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- workshop depth
+
+
+def cmd_workshop(off: bool) -> int:
+    """Give the stretch TODOs as code (the workshop's depth), or put their stubs back (--off)."""
+    from koans import depth
+
+    state = _load_state()
+    chapters = [c for c in selected_chapters() if c.stretch]
+    if off:
+        for chapter in chapters:
+            stubbed, edited = depth.unfill(chapter, _root())
+            for key in stubbed:
+                print(f"  chapter {chapter.number:02d}: {key}: its stub is back")
+            for key in edited:
+                print(f"  chapter {chapter.number:02d}: {key}: you changed the given code, so it is left as it is")
+        state["depth"] = "self-study"
+        _save_state(state)
+        print("Self-study depth: you write every TODO, the stretch ones too.")
+        return 0
+    print("Workshop depth: each chapter's stretch TODOs are given as code, marked GIVEN, so the workshop fits "
+          "in 3 hours.\nTheir tests still run; self-study and grading write them too (koans workshop --off).")
+    for chapter in chapters:
+        filled = depth.fill(chapter, _root())
+        for key in chapter.stretch:
+            how = "given" if key in filled else ("given already" if depth.is_filled(chapter, key, _root())
+                                                else "left as you wrote it")
+            print(f"  chapter {chapter.number:02d}: {key}: {how}")
+    state["depth"] = "workshop"
+    _save_state(state)
+    return 0
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -704,6 +742,8 @@ def main(argv: list[str] | None = None) -> int:
     reset.add_argument("chapter")
     reset.add_argument("--yes", action="store_true", help="do not ask")
     reset.add_argument("--undo", action="store_true", help="bring back the version the last reset saved")
+    workshop_depth = sub.add_parser("workshop", help="give the stretch TODOs as code, for the 3-hour workshop")
+    workshop_depth.add_argument("--off", action="store_true", help="put the stretch TODOs' stubs back (self-study)")
     grade = sub.add_parser("grade", help="score every chapter into a Gradescope results.json")
     grade.add_argument("--out", default="results.json")
     grade.add_argument("--time-limit", type=float, default=None, help=f"seconds per chapter (default {CHAPTER_TIME_LIMIT_S:g})")
@@ -744,6 +784,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.undo:
                 return cmd_undo_reset(find_chapter(args.chapter))
             return cmd_reset(find_chapter(args.chapter), args.yes)
+        if args.command == "workshop":
+            return cmd_workshop(args.off)
         if args.command == "grade":
             from koans.grade import grade
 

@@ -2,77 +2,179 @@
 
 What a learner spends time on, per chapter:
 
-  file     lines of the exercise file the learner edits
-  read     lines a learner reads to do the TODOs: the exercise file outside its
-           stub lines, plus the given modules the manifest lists under `reading`
-           (every other given module says it may be skipped)
-  doc      lines of the chapter's doc
-  todos    TODO regions, and `code`: the lines of solution code inside them
-  hints    progressive hints over all the chapter's TODOs
-  model    estimated minutes, by the model below; `minutes` is the manifest's figure
+  read     lines of code to read: the exercise file outside its stub lines (a stretch TODO given
+           in the workshop counts here), plus given modules the manifest lists under `reading`
+  doc      lines of the chapter's doc; in the workshop, up to its "## Going further" heading
+  code     lines of solution code inside the TODOs the learner writes
+  clauses  the clauses of those TODOs' contracts (summary and comment, cut at . ; :), each a
+           thing to get right and, often, one more run of the tests
+  model    estimated minutes (below); `minutes` is the manifest's figure
 
-The model (docs/appendix/course.md says why these rates):
-    reading prose and code at 30 lines a minute, writing 24 seconds per line of
-    solution code, and 1.5 minutes per TODO for running its tests and reading
-    what they say.
-tests/test_harness.py checks that the manifest's minutes stay within 25% of the
-model's, and that the workshop track fits in 180 minutes.
+The model, fitted to three learners' own clock (docs/appendix/course.md):
+
+    minutes = read / 60  +  0.125 x doc  +  0.336 x code  +  0.411 x clauses
+
+The reading rate of given code (60 lines a minute, skimmed once) is fixed; the other three
+rates are fitted, non-negative, by least squares to the learners' estimates for the chapters
+as they read them (`python -m koans.course --fit` does it again from LEARNER_STUDY below).
+
+Workshop chapters are estimated at the workshop's depth (stretch TODOs given, docs up to
+"Going further"); electives at full depth. tests/test_harness.py checks that the manifest's
+minutes stay within 25% of the model's, and that the workshop track fits in 180 minutes.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass
 
 from koans.manifest import CHAPTERS, PROJECT_ROOT, Chapter
-from koans.stubgen import find_todos
+from koans.stubgen import Todo, find_todos
 
-READ_LINES_PER_MIN = 30
-MIN_PER_CODE_LINE = 0.4
-MIN_PER_TODO = 1.5
+READ_LINES_PER_MIN = 60  # given code, skimmed once: a fixed prior, not fitted
+MIN_PER_DOC_LINE = 0.125
+MIN_PER_CODE_LINE = 0.336
+MIN_PER_CLAUSE = 0.411
+
+GOING_FURTHER = "## Going further"
+
+#: The learners' study: chapter -> ((read, doc, code, clauses) of the chapter as they did it, their minutes).
+#: Three learners did the chapters as new users and each estimated a person's time; minutes are the
+#: middle of their range (chapter 10 without the flaky test; chapter 11 with its lab).
+LEARNER_STUDY: dict[int, tuple[tuple[int, int, int, int], float]] = {
+    1: ((76, 105, 6, 7), 17.5),
+    2: ((80, 119, 15, 11), 25.0),
+    3: ((180, 108, 18, 10), 22.5),
+    4: ((103, 75, 7, 7), 13.5),
+    5: ((147, 98, 16, 17), 22.5),
+    6: ((159, 102, 31, 18), 30.0),
+    7: ((223, 125, 35, 26), 40.0),
+    8: ((136, 140, 34, 15), 40.0),
+    9: ((144, 118, 35, 15), 35.0),
+    10: ((169, 147, 18, 20), 40.0),
+    11: ((124, 134, 27, 20), 42.5),
+}
+
+
+def clauses(todo: Todo) -> int:
+    """The clauses of a TODO's contract: its summary and comment, cut at sentence, ';' and ':' ends."""
+    text = todo.summary + " " + " ".join(line.strip().lstrip("#").strip() for line in todo.guidance)
+    return len([part for part in re.split(r"[.;:]\s", text) if part.strip()])
+
+
+def model_minutes(read: int, doc: int, code: int, clause_count: int) -> float:
+    return (read / READ_LINES_PER_MIN + MIN_PER_DOC_LINE * doc + MIN_PER_CODE_LINE * code
+            + MIN_PER_CLAUSE * clause_count)
 
 
 @dataclass(frozen=True)
 class Figures:
     chapter: Chapter
-    file: int
+    depth: str  # "workshop" or "full"
     read: int
     doc: int
-    todos: int
+    todos: int  # the TODOs the learner writes
     code: int
-    hints: int
+    clauses: int
 
     @property
     def model_minutes(self) -> float:
-        return (self.read + self.doc) / READ_LINES_PER_MIN + MIN_PER_CODE_LINE * self.code + MIN_PER_TODO * self.todos
+        return model_minutes(self.read, self.doc, self.code, self.clauses)
 
 
 def _lines(path) -> int:
     return len(path.read_text().splitlines())
 
 
-def figures(chapter: Chapter, root=PROJECT_ROOT) -> Figures:
+def doc_lines(chapter: Chapter, depth: str, root=PROJECT_ROOT) -> int:
+    """The doc's lines; in the workshop, those before its "## Going further" heading."""
+    lines = (root / "docs" / chapter.doc_file.name).read_text().splitlines()
+    if depth == "workshop" and GOING_FURTHER in lines:
+        return lines.index(GOING_FURTHER)
+    return len(lines)
+
+
+def figures(chapter: Chapter, depth: str | None = None, root=PROJECT_ROOT) -> Figures:
+    """A chapter's figures at `depth` (default: the workshop's for workshop chapters, else full)."""
+    depth = depth or ("workshop" if chapter.track == "workshop" else "full")
     solution = root / "solutions" / f"{chapter.module}.py"
-    exercise = root / "exercises" / f"{chapter.module}.py"
-    text = solution.read_text()
-    todos = find_todos(text, str(solution))
-    lines = text.splitlines()
-    code = sum(1 for t in todos for line in lines[t.begin: t.end - 1]
-               if line.strip() and not line.strip().startswith("#"))
-    exercise_lines = exercise.read_text().splitlines()
+    lines = solution.read_text().splitlines()
+    todos = find_todos("\n".join(lines) + "\n", str(solution))
+    given = set(chapter.stretch) if depth == "workshop" else set()
+
+    def code_lines(todo: Todo) -> int:
+        return sum(1 for line in lines[todo.begin: todo.end - 1] if line.strip() and not line.strip().startswith("#"))
+
+    exercise_lines = (root / "exercises" / f"{chapter.module}.py").read_text().splitlines()
     stubs = sum(1 for line in exercise_lines if 'raise NotImplementedError("TODO(' in line)
-    read = len(exercise_lines) - stubs + sum(_lines(root / "exercises" / name) for name in chapter.reading)
-    hints = sum(len(chapter.hints_for(t.key)) for t in todos)
-    return Figures(chapter, len(exercise_lines), read, _lines(root / "docs" / chapter.doc_file.name), len(todos), code,
-                   hints)
+    read = (len(exercise_lines) - stubs + sum(code_lines(t) for t in todos if t.key in given)
+            + sum(_lines(root / "exercises" / name) for name in chapter.reading))
+    written = [t for t in todos if t.key not in given]
+    return Figures(chapter, depth, read, doc_lines(chapter, depth, root), len(written),
+                   sum(code_lines(t) for t in written), sum(clauses(t) for t in written))
+
+
+def _solve(matrix: list[list[float]], vector: list[float]) -> list[float] | None:
+    """Gaussian elimination with partial pivoting; None if the system is singular."""
+    n = len(vector)
+    rows = [row[:] + [value] for row, value in zip(matrix, vector)]
+    for col in range(n):
+        pivot = max(range(col, n), key=lambda r: abs(rows[r][col]))
+        if abs(rows[pivot][col]) < 1e-12:
+            return None
+        rows[col], rows[pivot] = rows[pivot], rows[col]
+        for r in range(n):
+            if r != col:
+                factor = rows[r][col] / rows[col][col]
+                rows[r] = [a - factor * b for a, b in zip(rows[r], rows[col])]
+    return [rows[i][n] / rows[i][i] for i in range(n)]
+
+
+def fit(study=LEARNER_STUDY) -> tuple[float, float, float]:
+    """Minutes per doc line, code line and clause: exact non-negative least squares on the learners'
+    study, with the reading rate fixed. With three rates, every set of rates left free is tried
+    (the others held at 0), and the best fit whose rates are all >= 0 wins."""
+    features = [(doc, code, count) for (read, doc, code, count), _ in study.values()]
+    targets = [minutes - read / READ_LINES_PER_MIN for (read, _, _, _), minutes in study.values()]
+    best, best_error = (0.0, 0.0, 0.0), float("inf")
+    for mask in range(1, 8):
+        free = [i for i in range(3) if mask >> i & 1]
+        normal = [[sum(f[i] * f[j] for f in features) for j in free] for i in free]
+        right = [sum(f[i] * y for f, y in zip(features, targets)) for i in free]
+        solved = _solve(normal, right)
+        if solved is None or min(solved) < 0:
+            continue
+        rates = [0.0, 0.0, 0.0]
+        for i, value in zip(free, solved):
+            rates[i] = value
+        error = sum((sum(r * v for r, v in zip(rates, f)) - y) ** 2 for f, y in zip(features, targets))
+        if error < best_error:
+            best, best_error = (rates[0], rates[1], rates[2]), error
+    return best
+
+
+def fit_report() -> str:
+    rates = fit()
+    lines = [f"fitted: {rates[0]:.3f} min per doc line, {rates[1]:.3f} per code line, {rates[2]:.3f} per clause "
+             f"(reading given code: {READ_LINES_PER_MIN} lines a minute, fixed)",
+             f"{'ch':<5}{'learners':>9}{'model':>7}"]
+    squared = 0.0
+    for number, ((read, doc, code, count), minutes) in LEARNER_STUDY.items():
+        model = read / READ_LINES_PER_MIN + rates[0] * doc + rates[1] * code + rates[2] * count
+        squared += (model - minutes) ** 2
+        lines.append(f"ch{number:02d}{minutes:>10.1f}{model:>7.1f}")
+    lines.append(f"root-mean-square error: {(squared / len(LEARNER_STUDY)) ** 0.5:.1f} min")
+    return "\n".join(lines)
 
 
 def table(rows: list[Figures]) -> str:
-    header = f"{'ch':<5}{'track':<10}{'file':>5}{'read':>6}{'doc':>5}{'todos':>6}{'code':>5}{'hints':>6}{'model':>7}{'minutes':>8}"
+    header = (f"{'ch':<5}{'track':<10}{'depth':<10}{'read':>5}{'doc':>5}{'todos':>6}{'code':>5}{'clauses':>8}"
+              f"{'model':>7}{'minutes':>8}")
     out = [header, "-" * len(header)]
     for f in rows:
         c = f.chapter
-        out.append(f"{c.tag:<5}{c.track:<10}{f.file:>5}{f.read:>6}{f.doc:>5}{f.todos:>6}{f.code:>5}{f.hints:>6}"
+        out.append(f"{c.tag:<5}{c.track:<10}{f.depth:<10}{f.read:>5}{f.doc:>5}{f.todos:>6}{f.code:>5}{f.clauses:>8}"
                    f"{f.model_minutes:>7.0f}{c.minutes:>8}")
     for track in ("workshop", "elective"):
         mine = [f for f in rows if f.chapter.track == track]
@@ -85,7 +187,7 @@ APPENDIX = PROJECT_ROOT / "docs" / "appendix" / "course.md"
 
 
 def update_appendix(text: str) -> None:
-    """Put `text` in place of the table in docs/appendix/course.md (the code block after its last heading)."""
+    """Put `text` in place of the table in docs/appendix/course.md (the code block that starts with its header)."""
     page = APPENDIX.read_text()
     start = page.index("```\nch   track")
     end = page.index("```", start + 3)
@@ -97,7 +199,11 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m koans.course", description=__doc__.split("\n\n")[0])
     parser.add_argument("--update", action="store_true", help="also write the table into docs/appendix/course.md")
+    parser.add_argument("--fit", action="store_true", help="fit the rates to the learners' study again, and compare")
     args = parser.parse_args(argv)
+    if args.fit:
+        print(fit_report())
+        return 0
     text = table([figures(c) for c in CHAPTERS])
     print(text)
     if args.update:

@@ -6,8 +6,9 @@ Writes a Gradescope results.json:
      "tests": [{"name": "ch01 test_greet_returns_the_greeting", "score": 1.11,
                 "max_score": 1.11, "status": "passed", "output": ""}, ...]}
 
-Every chapter is worth POINTS_PER_CHAPTER, shared evenly among its tests
-(tests skipped for want of a GPU are left out of the share). Each chapter runs
+Every chapter is worth POINTS_PER_CHAPTER, shared evenly among the tests of
+what the learner writes: those marked with a TODO (tests of given code earn
+nothing, and tests skipped for want of a GPU are left out of the share). Each chapter runs
 in its own pytest subprocess with a time limit, so grading never hangs: a
 chapter that runs out of time scores 0, with a message that says so.
 """
@@ -32,7 +33,9 @@ def _chapter_entries(chapter: Chapter, run: ChapterRun, time_limit: float) -> li
                  "output": f"Timed out: the chapter's tests did not finish within {time_limit:.0f} s{running}. A stub "
                            "may be waiting forever; run `koans check "
                            f"{chapter.number}` to see where.{where}"}]
-    graded = [t for t in run.tests if t["outcome"] != "skipped"]
+    # Only tests of what the learner writes earn points: those marked with a TODO (`koans verify` checks
+    # that each fails against the pristine stubs). A test of given code proves nothing about the learner.
+    graded = [t for t in run.tests if t["outcome"] != "skipped" and t.get("marked")]
     if not graded:
         why = "every test was skipped (they need a GPU)" if run.tests else "no test ran:\n" + run.output[-1500:]
         return [{"name": f"{prefix}: all tests", "score": 0.0, "max_score": 0.0 if run.tests else POINTS_PER_CHAPTER,

@@ -35,11 +35,13 @@ class ResultLog:
         if not any(w["category"] == category and w["message"] == message for w in self.warnings):
             self.warnings.append(entry)
 
-    def add(self, name: str, report, todo_keys: list[str]) -> None:
+    def add(self, name: str, report, todo_keys: list[str], marked: list[str] | None = None) -> None:
+        """`todo_keys`: what a failure is about (else the marked TODOs); `marked`: the test's own marks."""
         entry = self.tests.setdefault(
             report.nodeid,
             {"nodeid": report.nodeid, "name": name, "outcome": "passed", "message": "", "note": "",
-             "summary": None, "duration_s": 0.0, "todos": todo_keys, "hint": None},
+             "summary": None, "duration_s": 0.0, "todos": todo_keys, "hint": None,
+             "marked": marked if marked is not None else todo_keys},
         )
         entry["duration_s"] += report.duration
         if report.skipped and entry["outcome"] == "passed":

@@ -4,9 +4,12 @@ For maintainers and CI. Each check must hold, else the exit code is 1:
 
   sync        exercises/ equals what koans.stubgen generates from solutions/
   solutions   (with --solutions) every chapter passes against solutions/
-  exercises   every chapter fails against exercises/, and every failing test
-              points at a TODO, of this chapter or of one it builds on (no bare
-              harness errors)
+  exercises   every chapter fails against exercises/, every failing test points
+              at a TODO, of this chapter or of one it builds on (no bare harness
+              errors), and no test marked with a TODO passes (a blank submission
+              scores 0)
+  workshop    at the workshop's depth (koans workshop: stretch TODOs given), a
+              chapter still fails on its core TODOs, and only on them
   each TODO   for every single TODO, a copy of the project in which only that
               TODO is stubbed (all others solved) fails the chapter's tests, and
               the first failing test is one marked with that TODO: no TODO can
@@ -59,13 +62,44 @@ def check_exercises(chapter: Chapter) -> bool:
     # A fixture may stop at an earlier chapter's TODO (chapter 10 runs on 03, 06, 07 and 09):
     # that error still points at a TODO. Only failures that name none are harness errors.
     harness_errors = [t["name"] for t in failing if "TODO(" not in t["note"]]
-    ok = bool(failing) and not harness_errors and not run.timed_out
-    detail = f"{len(failing)}/{len(run.tests)} tests fail, each pointing at a TODO"
+    # Grading counts only tests marked with a TODO: none may pass against the stubs (a blank submission scores 0).
+    free_points = [t["name"] for t in run.tests if t["outcome"] == "passed" and t.get("marked")]
+    ok = bool(failing) and not harness_errors and not free_points and not run.timed_out
+    detail = f"{len(failing)}/{len(run.tests)} tests fail, each pointing at a TODO; no marked test passes"
     if harness_errors:
         detail = f"these failures do not point at a TODO: {harness_errors}"
+    if free_points:
+        detail = f"these tests are marked with a TODO, yet pass against the stubs (points for nothing): {free_points}"
     if not failing:
         detail = "no test fails: the stubs are not gated\n" + run.output[-2000:]
     return _say(ok, f"{chapter.tag} fails against exercises/ ({detail})")
+
+
+def check_workshop_depth(chapter: Chapter) -> bool:
+    """At the workshop's depth (stretch TODOs given), the chapter still fails on its stubs, and every
+    failing test is marked with a core TODO (never only with a stretch one, which is given)."""
+    from koans.depth import fill_text
+
+    with tempfile.TemporaryDirectory(prefix=f"koans-workshop-{chapter.tag}-") as tmp:
+        copy_project_with_exercise(
+            chapter, lambda text, path: fill_text(chapter, make_exercise(text, path), PROJECT_ROOT)[0], Path(tmp))
+        for name in ("exercises",):  # the other chapters at their stubs too, as a learner has them
+            for other in CHAPTERS:
+                if other is not chapter:
+                    solution = PROJECT_ROOT / "solutions" / f"{other.module}.py"
+                    (Path(tmp) / name / solution.name).write_text(make_exercise(solution.read_text(), str(solution)))
+        run = run_chapter(chapter, "exercises", root=Path(tmp))
+    failing = [t for t in run.tests if t["outcome"] in ("failed", "error")]
+    core = {todo.key for todo in chapter_todos(chapter)} - set(chapter.stretch)
+    stray = [t["name"] for t in failing if t["todos"] and not set(t["todos"]) & core
+             and set(t["todos"]) <= set(chapter.stretch)]
+    ok = bool(failing) and not stray and not run.timed_out
+    detail = f"{len(failing)}/{len(run.tests)} tests fail, on core TODOs"
+    if stray:
+        detail = f"these fail on a stretch TODO, though it is given: {stray}"
+    if not failing:
+        detail = "no test fails: the core TODOs are not gated"
+    return _say(ok, f"{chapter.tag} at the workshop's depth (stretch {', '.join(chapter.stretch)} given) ({detail})")
 
 
 def copy_project(into: Path, names: tuple[str, ...] = COPIED) -> None:
@@ -170,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.solutions:
                 ok &= check_solutions(chapter)
             ok &= check_exercises(chapter)
+            if chapter.stretch:
+                ok &= check_workshop_depth(chapter)
             if not args.no_each_todo:
                 ok &= check_each_todo(chapter)
         if args.mutants:

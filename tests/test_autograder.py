@@ -108,3 +108,26 @@ def test_run_autograder_grades_a_partly_solved_submission(autograder_zip, tmp_pa
     assert all("TODO(ch02)" in t["output"] for t in ch02), "each failure says which TODO"
     assert results["score"] == pytest.approx(10.0, abs=0.01)
     assert sum(t["max_score"] for t in results["tests"]) == pytest.approx(20.0, abs=0.01)
+
+
+def test_only_tests_of_what_the_learner_writes_earn_points():
+    """A test of given code (marked with no TODO) passes against the stubs too: it earns nothing, so a blank
+    submission scores 0. (`koans verify` checks that every marked test fails against the stubs.)"""
+    from koans.grade import POINTS_PER_CHAPTER, _chapter_entries
+    from koans.manifest import find_chapter
+    from koans.runner import ChapterRun
+
+    def test(name, outcome, marked):
+        return {"name": name, "outcome": outcome, "todos": marked, "marked": marked, "note": "", "message": "x"}
+
+    chapter = find_chapter(7)
+    run = ChapterRun(chapter, "exercises", returncode=1, tests=[
+        test("test_given_staging", "passed", []),
+        test("test_claim", "failed", ["WeightStore.claim"]),
+        test("test_publish", "passed", ["WeightPublisher.publish"]),
+        test("test_on_a_gpu", "skipped", ["WeightPublisher.publish"]),
+    ])
+    entries = _chapter_entries(chapter, run, 60)
+    assert [e["name"] for e in entries] == ["ch07 weight_sync: test_claim", "ch07 weight_sync: test_publish"]
+    assert [e["score"] for e in entries] == [0.0, POINTS_PER_CHAPTER / 2]
+    assert sum(e["max_score"] for e in entries) == POINTS_PER_CHAPTER

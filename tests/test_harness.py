@@ -350,6 +350,16 @@ def test_the_hang_watch_sees_past_an_event_loop_to_the_task_that_is_stuck():
     assert notices[0][1]["todos"] == ["ReplayBuffer.sample"], notices[0][0]
 
 
+def test_the_course_model_is_the_fit_to_the_learners_study():
+    from koans import course
+
+    fitted = course.fit()
+    assert [round(rate, 3) for rate in fitted] == [course.MIN_PER_DOC_LINE, course.MIN_PER_CODE_LINE,
+                                                   course.MIN_PER_CLAUSE], "refit: python -m koans.course --fit"
+    squared = [(course.model_minutes(*features) - minutes) ** 2 for features, minutes in course.LEARNER_STUDY.values()]
+    assert (sum(squared) / len(squared)) ** 0.5 < 4.0, "the model predicts the learners' minutes within a few"
+
+
 def test_the_workshop_fits_three_hours_and_each_estimate_follows_the_model():
     from koans.course import figures
     from koans.manifest import workshop

@@ -355,3 +355,26 @@ def test_a_hang_is_noticed_once_while_it_runs_and_grade_times_it_out(tmp_path):
     results = json.loads((root / "r.json").read_text())
     assert grade_code == 0 and results["score"] == 0 and results["tests"][0]["status"] == "failed"
     assert "Timed out" in results["tests"][0]["output"]
+
+
+def test_workshop_gives_the_stretch_todos_and_off_takes_back_only_what_it_gave(tmp_path):
+    from koans.depth import GIVEN_MARK
+    from koans.harness import chapter_todos
+
+    root = make_copy(tmp_path, solved=())
+    mesh, loops = root / "exercises" / "ch02_actor_mesh.py", root / "exercises" / "ch09_async_loops.py"
+    stub = loops.read_text()
+    whoami = next(t for t in chapter_todos(find_chapter(2)) if t.key == "Worker.whoami")
+    assert whoami.stub_line in mesh.read_text()
+    mesh.write_text(mesh.read_text().replace(whoami.stub_line, whoami.indent + "return {}  # mine, half done", 1))
+    code, out = koans(root, "workshop", KOANS_CHAPTERS=None)
+    assert code == 0 and "chapter 09: ReplayBuffer.sample: given" in out, out
+    assert "chapter 02: Worker.whoami: left as you wrote it" in out, "a learner's own code is never replaced"
+    assert GIVEN_MARK in loops.read_text() and "await asyncio.wait_for(self.arrived.wait_for(enough), timeout)" in loops.read_text()
+    assert 'NotImplementedError("TODO(ch09): `steps` training steps' in loops.read_text(), "core TODOs stay stubs"
+    code, out = koans(root, "reset", "9", "--yes", KOANS_CHAPTERS=None)
+    assert code == 0 and GIVEN_MARK not in out and "already the pristine stub" in out, "at this depth, that is its stub"
+    code, out = koans(root, "workshop", "--off", KOANS_CHAPTERS=None)
+    assert code == 0 and "chapter 09: ReplayBuffer.sample: its stub is back" in out, out
+    assert loops.read_text() == stub, "exactly the stub again"
+    assert "return {}  # mine, half done" in mesh.read_text()
