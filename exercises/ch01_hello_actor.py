@@ -21,7 +21,7 @@ Your TODOs:
   4. spawn_greeter         put a Greeter on any ProcMesh
 
 Given, safe to skip: ch01_plumbing.py (the demo).
-Check: koans check 1    Demo: python -m solutions.ch01_hello_actor    Read: docs/01_hello_actor.md
+Check: koans check 1    Demo: python -m exercises.ch01_hello_actor    Read: docs/01_hello_actor.md
 """
 
 import os

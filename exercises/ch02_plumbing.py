@@ -1,6 +1,6 @@
 """Chapter 02 plumbing: the demo. You may skip this file; nothing in it is a TODO.
 
-    python -m solutions.ch02_actor_mesh      (yours: python -m exercises.ch02_actor_mesh)
+    python -m exercises.ch02_actor_mesh      (the reference: python -m solutions.ch02_actor_mesh)
 """
 
 from koans.demo import demo_options

@@ -1,7 +1,7 @@
 """Chapter 03 plumbing: the demo. You may skip this file; nothing in it is a TODO.
 
-    python -m solutions.ch03_rdma_transfer            the demo (yours: python -m exercises.ch03_rdma_transfer)
-    python -m solutions.ch03_rdma_transfer --bench    read throughput and Monarch's knobs (koans/bench_rdma.py)
+    python -m exercises.ch03_rdma_transfer            the demo (the reference: python -m solutions.ch03_rdma_transfer)
+    python -m exercises.ch03_rdma_transfer --bench    read throughput and Monarch's knobs (koans/bench_rdma.py)
 """
 
 import sys

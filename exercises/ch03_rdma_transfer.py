@@ -20,7 +20,7 @@ Your TODOs:
   3. TensorOwner.send_copy     the contrast: the tensor itself, in a message
 
 Given, safe to skip: ch03_plumbing.py (the demo, the benchmark).
-Check: koans check 3    Demo: python -m solutions.ch03_rdma_transfer    Read: docs/03_rdma_transfer.md
+Check: koans check 3    Demo: python -m exercises.ch03_rdma_transfer    Read: docs/03_rdma_transfer.md
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ async def pull_into(handle: TensorHandle, destination: torch.Tensor, timeout: in
     """Copy the remote tensor behind `handle` into `destination`, and return `destination`.
 
     The reader allocates `destination` once (`handle.allocation` says how) and reuses it
-    for every pull.
+    for every pull. `timeout` is in whole seconds: RDMABuffer.read_into refuses a float.
     """
     # Refuse (ValueError, messages from above), in this order: another dtype; not 1-D or not
     # contiguous; another element count. Then read the remote bytes into `destination` itself,

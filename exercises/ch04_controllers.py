@@ -27,7 +27,7 @@ Your TODOs:
   3. Worker.work          do the work, then report to the sink found by name
 
 Given, safe to skip: ch04_plumbing.py (the demo).
-Check: koans check 4    Demo: python -m solutions.ch04_controllers    Read: docs/04_controllers.md
+Check: koans check 4    Demo: python -m exercises.ch04_controllers    Read: docs/04_controllers.md
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Chapter 04 plumbing: the demo. You may skip this file; nothing in it is a TODO.
 
-    python -m solutions.ch04_controllers      (yours: python -m exercises.ch04_controllers)
+    python -m exercises.ch04_controllers      (the reference: python -m solutions.ch04_controllers)
 """
 
 import os

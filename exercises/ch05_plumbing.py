@@ -1,7 +1,7 @@
 """Chapter 05 plumbing: the demo, and helpers the tests use. You may skip this file;
 nothing in it is a TODO.
 
-    python -m solutions.ch05_supervision      (yours: python -m exercises.ch05_supervision)
+    python -m exercises.ch05_supervision      (the reference: python -m solutions.ch05_supervision)
 """
 
 from __future__ import annotations

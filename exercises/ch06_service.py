@@ -11,6 +11,10 @@ the endpoint is the request's fault: it goes straight back to the caller.
           --> replica 1 (own process)  X died -> recovering
           --> replica 2 (own process)  healthy
 
+A timeout does not stop the call it gave up on, so a retry may run a request
+twice. That is fine for generation (a second sample is as good as the first);
+a request that must not run twice needs a request id the replica checks.
+
 Everything runs on one asyncio event loop, many requests in flight at once.
 Between two `await`s nothing else runs, so the bookkeeping needs no locks.
 
@@ -20,7 +24,7 @@ Your TODOs:
   3. Service.route            call, and retry on another replica when one fails
 
 Given, safe to skip: ch06_plumbing.py (starting and replacing replica processes, the demo).
-Check: koans check 6    Demo: python -m solutions.ch06_service (--chaos)    Read: docs/06_service.md
+Check: koans check 6    Demo: python -m exercises.ch06_service (--chaos)    Read: docs/06_service.md
 """
 
 from __future__ import annotations
@@ -71,8 +75,9 @@ class Service(ReplicaPool):
     """N replicas of `actor_class`, each on its own process, behind one `route`.
 
     The pool it extends (ch06_plumbing.py) keeps `self.replicas`, a list of
-    Replica(index, actor, healthy, generation, ...), and replaces a dead
-    replica in the background when asked: `self.start_recovery(replica)`.
+    Replica(index, procs, actor, generation, healthy, served, failures), and
+    replaces a dead replica in the background when asked:
+    `self.start_recovery(replica)`. `failures` counts the deaths seen at that index.
     This class decides where each request goes.
 
         async with Service(Echo, replicas=3) as service:
@@ -99,7 +104,8 @@ class Service(ReplicaPool):
         """Take `replica` out of rotation and (with auto_recover) start replacing it."""
         # Two requests can meet the same death: only the first report counts. A report about a
         # replica that is no longer in self.replicas (already replaced) changes nothing. Count one
-        # failure on the replica and one in self.stats.replica_failures; recover if self.auto_recover.
+        # failure on the replica (replica.failures) and one in self.stats.replica_failures; recover if
+        # self.auto_recover.
         raise NotImplementedError("TODO(ch06): take a replica out of rotation once, count it, and start its recovery")
 
     async def route(self, endpoint_name: str, *args, session: str | None = None, **kwargs):

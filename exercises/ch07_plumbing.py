@@ -2,8 +2,8 @@
 ones, a gate that holds a reader halfway, and the demo. You may skip this file; nothing in it is
 a TODO.
 
-    python -m solutions.ch07_weight_sync           the demo
-    python -m solutions.ch07_weight_sync --bench   the benchmark (koans/bench_weight_sync.py)
+    python -m exercises.ch07_weight_sync           the demo, on your code (the reference: solutions.ch07_weight_sync)
+    python -m exercises.ch07_weight_sync --bench   the benchmark (koans/bench_weight_sync.py)
 """
 
 from __future__ import annotations

@@ -19,6 +19,8 @@ Transports. Each slot is offered to readers in the ways that can reach it:
   rdma      chapter 03's handles, one per chunk; works from any host, and
             without an RDMA card it falls back to TCP
 `pick_transport` takes the fastest one that works from the reader's place.
+"Same host" means the same `host_identity()`: the machine's name, or, for a
+process a job placed on one of its hosts, that host's name too (ch10_multihost).
 """
 
 from __future__ import annotations
@@ -140,11 +142,17 @@ def state_fingerprint(state_dict: Mapping[str, torch.Tensor]) -> str:
 def choose_staging(staging: str, weights_on_cuda: bool, visible_gpus: int | None = None) -> str:
     """"cpu" or "cuda": where the staging slots live.
 
-    "auto" stages on the GPU when the weights are on a GPU that every process
-    of this host shares (this process sees exactly one GPU, as when trainer and
-    generators share it): readers then copy device to device through CUDA IPC.
-    Otherwise it stages into pinned host memory, which every transport can
-    reach (shared memory on this host, RDMA from others).
+    "auto" answers "cuda" when the weights are on a GPU and this process sees
+    exactly one GPU; otherwise "cpu". A GPU slot is offered by CUDA IPC (to
+    readers on that same GPU) and by RDMA; a host slot by shared memory (to
+    readers on this host) and by RDMA. So with the recipe "one GPU per process"
+    (each process's CUDA_VISIBLE_DEVICES names its own GPU) every process sees
+    exactly one GPU: "auto" stages on the trainer's GPU, and a generator on
+    another GPU of the same host reads by RDMA (TCP without an RDMA card), not
+    by shared memory. For that layout pass staging="cpu": shared memory then
+    reaches every process of the host. "auto" is right when trainer and
+    generators share one GPU, or when every process sees every GPU (then it
+    picks "cpu").
     """
     if staging not in STAGINGS:
         raise ValueError(f"staging must be one of {STAGINGS}, not {staging!r}")
@@ -185,6 +193,27 @@ class RdmaOffer:
     chunks: tuple[tuple[int, TensorHandle], ...]  # (byte offset in the slot, handle)
 
 
+# --- Which host a process is on -------------------------------------------------------------
+
+HOST_ENV = "KOANS_HOST"  # set by ch10_multihost on the processes it places on a job's hosts
+
+
+def host_identity() -> str:
+    """The host this process runs on, as the transports compare it.
+
+    The machine's name, as on one host. A process that ch10_multihost placed on
+    one of a job's hosts also carries that host's name in $KOANS_HOST:
+    monarch.job.ProcessJob simulates every host on this one machine, so the
+    machine's name alone would call them all one host, and a reader on another
+    simulated host would pick shared memory. Two processes are on one host only
+    when both names agree, so a mix of placed and unplaced processes never
+    shares memory by mistake.
+    """
+    machine = socket.gethostname()
+    job_host = os.environ.get(HOST_ENV)
+    return f"{machine}/{job_host}" if job_host else machine
+
+
 def _shm_dir() -> str:
     return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 
@@ -219,7 +248,7 @@ class StagingSlot:
             from torch.multiprocessing.reductions import reduce_tensor
 
             _, ipc_args = reduce_tensor(self.flat)
-            offers["cuda_ipc"] = CudaIpcOffer(socket.gethostname(), _device_uuid(self.flat.device), ipc_args)
+            offers["cuda_ipc"] = CudaIpcOffer(host_identity(), _device_uuid(self.flat.device), ipc_args)
         else:
             self.path = os.path.join(_shm_dir(), f"koans-weights-{os.getpid()}-{uuid.uuid4().hex[:8]}")
             self.flat = torch.from_file(self.path, shared=True, size=nbytes, dtype=torch.uint8)
@@ -228,7 +257,7 @@ class StagingSlot:
             self.flat.zero_()
             if pin:
                 self.pinned = _pin_in_place(self.flat)
-            offers["shm"] = ShmOffer(socket.gethostname(), self.path, nbytes)
+            offers["shm"] = ShmOffer(host_identity(), self.path, nbytes)
         chunks = range(0, nbytes, rdma_chunk_bytes)
         offers["rdma"] = RdmaOffer(tuple((start, expose(self.flat[start : start + rdma_chunk_bytes])) for start in chunks))
         self.offers = offers
@@ -347,7 +376,7 @@ def pick_transport(offers: dict, wanted: str, device: torch.device) -> str:
             raise ValueError(f"transport {wanted!r} is not offered for this snapshot (offered: {sorted(offers)}); "
                              "cuda_ipc needs staging on the GPU, shm needs staging on the CPU")
         return wanted
-    here = socket.gethostname()
+    here = host_identity()  # a reader on another host never tries shared memory or CUDA IPC
     ipc = offers.get("cuda_ipc")
     if ipc and ipc.host == here and device.type == "cuda" and _device_uuid(device) == ipc.device_uuid:
         return "cuda_ipc"

@@ -1,7 +1,7 @@
 """Chapter 08 plumbing: DTensor meshes and the source side of a transfer, byte counts, a picture
 of a plan, and the demo. You may skip this file; nothing in it is a TODO.
 
-    python -m solutions.ch08_dtensor_reshard      (yours: python -m exercises.ch08_dtensor_reshard)
+    python -m exercises.ch08_dtensor_reshard      (the reference: python -m solutions.ch08_dtensor_reshard)
 """
 
 from __future__ import annotations

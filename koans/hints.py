@@ -159,7 +159,8 @@ HINTS: dict[str, dict[str, tuple[str, ...]]] = {
     },
     "ch08": {
         "shard_box": (
-            "Start from the whole tensor and narrow it one mesh dimension at a time, the way torch.chunk splits.",
+            "Start from the whole tensor and narrow it one mesh dimension at a time, the way DTensor splits: "
+            "torch.chunk's size, ceil(length / parts), but every rank gets a share, perhaps an empty one.",
             "box = [(0, size) for size in shape]; for each mesh dim m with a Shard(d) placement, split box[d].",
             "size = -(-length // mesh_shape[m]); start = min(coord[m] * size, length); "
             "box[d] = (offset + start, max(0, min(size, length - start)))",

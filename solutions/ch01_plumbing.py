@@ -1,6 +1,6 @@
 """Chapter 01 plumbing: the demo. You may skip this file; nothing in it is a TODO.
 
-    python -m solutions.ch01_hello_actor      (yours: python -m exercises.ch01_hello_actor)
+    python -m exercises.ch01_hello_actor      (the reference: python -m solutions.ch01_hello_actor)
 """
 
 import asyncio

@@ -3,7 +3,8 @@
 Spawning on a ProcMesh of N processes gives an ActorMesh: N actors, one per
 process, behind one handle. Instead of rank checks, you say *who* gets a
 message with an adverb: `call` (every actor, a ValueMesh of replies),
-`broadcast` (every actor, no reply), `call_one` (the one actor of a mesh),
+`broadcast` (every actor, no reply: an exception it raises has no caller to go
+to, so it kills the actor), `call_one` (the one actor of a mesh),
 `choose` (one actor, picked for you), and `slice` to address part of a mesh.
 
 Two coordinates, not to be mixed up: the actor's place in the mesh it was
@@ -17,7 +18,7 @@ Your TODOs:
   4. sum_of_squares         call() the whole mesh and combine the ValueMesh
 
 Given, safe to skip: ch02_plumbing.py (the demo).
-Check: koans check 2    Demo: python -m solutions.ch02_actor_mesh    Read: docs/02_actor_mesh.md
+Check: koans check 2    Demo: python -m exercises.ch02_actor_mesh    Read: docs/02_actor_mesh.md
 """
 
 import os

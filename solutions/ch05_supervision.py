@@ -4,7 +4,8 @@ Three ways a call goes wrong look alike to the caller, and need different answer
 
   the endpoint raised   ActorError: the actor is fine; retrying the request fails again
   the process died      SupervisionError: the actor is gone; start a new one elsewhere
-  no answer in time     your timeout: hung, slow, or dead and not yet noticed
+  no answer in time     your timeout: hung, slow, or dead and not yet noticed; giving up
+                        does not stop the call, which may still run to its end there
 
 Every mesh has an owner, whoever spawned it. When a child process dies, Monarch
 calls the owner's `__supervise__(failure)`: True means handled; False passes it
@@ -17,7 +18,7 @@ Your TODOs:
   2. Supervisor.__supervise__  ignore Monarch's own meshes; record the child's death; respawn
 
 Given, safe to skip: ch05_plumbing.py (the demo, and helpers the tests use).
-Check: koans check 5    Demo: python -m solutions.ch05_supervision    Read: docs/05_supervision.md
+Check: koans check 5    Demo: python -m exercises.ch05_supervision    Read: docs/05_supervision.md
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Chapter 06 plumbing: starting, replacing and stopping the replicas of a Service; a stand-in
 replica (Echo); the demo and the chaos run. You may skip this file; nothing in it is a TODO.
 
-    python -m solutions.ch06_service            the demo
-    python -m solutions.ch06_service --chaos    requests keep flowing while replica processes are killed
+    python -m exercises.ch06_service            the demo, on your code (the reference: solutions.ch06_service)
+    python -m exercises.ch06_service --chaos    requests keep flowing while replica processes are killed
 """
 
 from __future__ import annotations
@@ -38,6 +38,10 @@ class ReplicaPool:
     pool lives on one event loop (use it inside `async with`). Every process
     it ever starts is stopped by `close()`, including one a cancelled recovery
     had just started.
+
+    Where a replica's process goes is `_new_procs` (this host), and how a dead
+    replica's process is let go is `_retire` (stop it); ch10_multihost.HostService
+    overrides both to spread replicas over a job's hosts and survive losing one.
     """
 
     def __init__(self, actor_class: type, *args, replicas: int, name: str, call_timeout: float):
@@ -68,8 +72,12 @@ class ReplicaPool:
         self._hook = hook
         monarch.actor.unhandled_fault_hook = hook
 
+    def _new_procs(self, index: int) -> ProcMesh:
+        """A new process for replica `index`: here, on this host."""
+        return this_host().spawn_procs(per_host={"procs": 1})
+
     def _start_replica(self, index: int, generation: int) -> Replica:
-        procs = this_host().spawn_procs(per_host={"procs": 1})
+        procs = self._new_procs(index)
         self._spawned.append(procs)
         actor = procs.spawn(f"{self.name}{index}_g{generation}", self.actor_class, *self.args)
         return Replica(index, procs, actor, generation)
@@ -87,9 +95,13 @@ class ReplicaPool:
         if replica.index not in self.recovering and not self.closed:
             self.recovering[replica.index] = asyncio.get_running_loop().create_task(self._recover(replica))
 
+    async def _retire(self, old: Replica) -> None:
+        """Let a dead or hung replica's process go before its replacement starts."""
+        await self._stop(old.procs)  # a hung process must not linger
+
     async def _recover(self, old: Replica) -> None:
         try:
-            await self._stop(old.procs)  # a hung process must not linger
+            await self._retire(old)
             if self.closed:
                 return
             new = self._start_replica(old.index, old.generation + 1)
@@ -209,7 +221,9 @@ async def demo() -> None:
     from .ch06_service import Service
 
     print("Chapter 06: a service over three replicas\n")
-    async with Service(Echo, replicas=3, name="demo") as service:
+    # Automatic recovery is off here, so that you can see the service run on two replicas; by default
+    # it starts at the first report of a death, and the replacement is up within seconds.
+    async with Service(Echo, replicas=3, name="demo", auto_recover=False) as service:
         pids = [(await service.route("handle", i))["pid"] for i in range(6)]
         print(f"round robin, 6 requests -> pids {pids}")
         alice = [(await service.route("handle", i, session="alice"))["pid"] for i in range(3)]
@@ -221,10 +235,12 @@ async def demo() -> None:
             reply = await service.route("handle", i, session="alice")
             print(f"  request {i} for alice answered by pid {reply['pid']}")
         answering = await service.fanout("whoami")
-        print(f"fanout right after: replicas {sorted(answering)} answer; generations {service.snapshot()['generations']} "
-              "(a dead replica is skipped until its replacement is up)")
+        print(f"now replicas {sorted(answering)} answer; replica {victim} is out of rotation "
+              f"(healthy: {service.snapshot()['healthy']}, retries so far: {service.stats.retries})")
+        service.recover_now()
         await service.wait_recovered()
-        print(f"after recovery: {len(await service.fanout('whoami'))} replicas answer; stats {service.snapshot()}")
+        after = await service.fanout("whoami")
+        print(f"after its recovery: replicas {sorted(after)} answer; generations {service.snapshot()['generations']}")
         many = await asyncio.gather(*(service.route("handle", i) for i in range(12)))
         print(f"12 requests at once, one event loop: {len({r['pid'] for r in many})} replicas served them")
         try:

@@ -3,7 +3,8 @@
 The trainer *publishes*: it claims a free staging slot, copies its weights into
 it in the background, and the WeightStore records "v6 is in slot A". A
 generator *pulls* when it is ready: a lease on the latest version, a copy into
-its own weights, the lease back. Nobody joins a collective; nobody waits.
+its own weights, the lease back. Nobody joins a collective: the trainer never
+waits for a generator, and a generator waits only for its own pull.
 
     trainer: weights --stage--> slot A (v6) <-- pull -- generator (lease on A)
                                 slot B      <-- the next version goes here
@@ -12,8 +13,9 @@ its own weights, the lease back. Nobody joins a collective; nobody waits.
 The double-buffer rule: the trainer writes only a slot that holds neither the
 latest version, nor one being written, nor one under a lease; with none free
 it skips that version ("latest wins"). A lease expires after lease_timeout_s
-(its reader may be dead); a reader whose lease expired learns it from
-`release` and must not keep what it loaded.
+(its reader may be dead: one killed in the middle of a pull never gives its
+lease back, so its slot stays blocked until then); a reader whose lease
+expired learns it from `release` and must not keep what it loaded.
 
 Your TODOs:
   1. WeightStore.claim             the double-buffer rule: a slot the trainer may write, or None
@@ -21,7 +23,7 @@ Your TODOs:
   3. SnapshotReader.pull_and_load  load the newest version under a lease; never keep a torn load
 
 Given, safe to skip: ch07_transports.py (layout, staging, shm / CUDA IPC / RDMA), ch07_plumbing.py.
-Check: koans check 7    Demo: python -m solutions.ch07_weight_sync (--bench)    Read: docs/07_weight_sync.md
+Check: koans check 7    Demo: python -m exercises.ch07_weight_sync (--bench)    Read: docs/07_weight_sync.md
 """
 
 from __future__ import annotations
@@ -42,7 +44,11 @@ TIMEOUT = 60.0
 
 @dataclass(frozen=True)
 class Snapshot:
-    """What `acquire` hands a reader: small, whatever the size of the weights."""
+    """What `acquire` hands a reader: the layout and the ways to reach the slot, never the weights.
+
+    Small next to the weights, but it grows with them: one RDMA handle per 16 MiB chunk makes it
+    about 46 KB for Qwen2.5-0.5B's shapes in bfloat16, and about 0.4 MB for a 7B model.
+    """
 
     version: int
     slot: int
@@ -140,8 +146,9 @@ class WeightPublisher:
 
     Staging runs in the background while the next forward and backward only
     *read* the weights; `wait_staged` is where the trainer would wait if it
-    were still running. `staging`: "cpu" (pinned host memory), "cuda" (GPU
-    memory, for readers on the same GPU) or "auto" (ch07_transports.choose_staging).
+    were still running. `staging`: "cpu" (shared host memory, pinned when the
+    weights are on a GPU), "cuda" (GPU memory, for readers on the same GPU) or
+    "auto" (ch07_transports.choose_staging says exactly what it picks).
     """
 
     def __init__(self, state_dict: Mapping[str, torch.Tensor], store: WeightStore, *, num_slots: int = 2,
@@ -166,8 +173,8 @@ class WeightPublisher:
         # >>> TODO(ch07): claim a slot from the store; stage into it in the background, or skip this version
         # Ask the store (wait at most self.timeout). No slot: count it in self.skipped and answer None at
         # once; waiting for a reader here is exactly what this design avoids. A slot:
-        # self.staging.start(state_dict, slot, version) returns at once and commits the version when the
-        # copy is done; record it as self.version and answer it.
+        # self.staging.start(state_dict, slot, version) is a plain call (not awaited): it returns at once
+        # and commits the version when the copy is done; record it as self.version and answer it.
         slot = await asyncio.wait_for(self.store.claim.call_one(), self.timeout)
         if slot is None:
             self.skipped += 1
@@ -267,7 +274,8 @@ class SnapshotReader:
         """Load the latest version if it is newer than ours; answer it, or None if there is none."""
         # >>> TODO(ch07): under a lease on the newest version, load it; give the lease back whatever happens
         # store.acquire(newer_than) answers a Snapshot with a lease, or None (nothing newer: answer None).
-        # self.load(snapshot, halfway) copies it into our weights. Every call to the store waits at most
+        # self.load(snapshot, halfway) copies it into our weights; pass `halfway` to every load, a reload
+        # too (a test's gate: it may hold any load halfway). Every call to the store waits at most
         # self.timeout. release() answers False when the lease had expired: the slot may have changed
         # while we read, so the load may be torn; count self.lost_leases and load again (at most
         # self.attempts loads in all, then raise RuntimeError). A good load: record self.version, answer it.

@@ -20,19 +20,20 @@ own block, and pulls only those bytes.
 
 DTensor is the common language for both layouts: a device mesh shape plus one
 placement per mesh dimension, `Shard(d)` (split tensor dim d across this mesh
-dimension, as torch.chunk does) or `Replicate()` (every rank holds all of it).
+dimension, in chunks of ceil(n / parts), so the last shares may be short or
+empty) or `Replicate()` (every rank holds all of it).
 
 From a layout, each rank's *box* follows: per tensor dimension, an offset and
 a length. Boxes intersect into the pieces to move.
 
 Your TODOs:
-  1. shard_box        the box a mesh coordinate owns, following torch.chunk's rule
+  1. shard_box        the box a mesh coordinate owns, by DTensor's rule
   2. intersect        the overlap of two boxes, or None
   3. plan_transfer    per destination rank: (source rank, source slices, destination slices)
   4. ShardHolder.pull  the destination's side of a plan: read each piece by RDMA, copy it into place
 
 Given, safe to skip: ch08_plumbing.py (the DTensor meshes, the source side, the demo).
-Check: koans check 8    Demo: python -m solutions.ch08_dtensor_reshard    Read: docs/08_dtensor_reshard.md
+Check: koans check 8    Demo: python -m exercises.ch08_dtensor_reshard    Read: docs/08_dtensor_reshard.md
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from torch.distributed.tensor import Shard
 from .ch03_rdma_transfer import TensorHandle, pull_into
 from .ch08_plumbing import ShardHolderBase
 
-TIMEOUT = 60.0
+TIMEOUT = 60  # seconds, a whole number: RDMABuffer.read_into (behind pull_into) refuses a float
 Box = tuple[tuple[int, int], ...]  # per tensor dimension: (offset, length)
 
 
@@ -79,16 +80,19 @@ def shard_box(shape: tuple[int, ...], mesh_shape: tuple[int, ...], placements, c
     """The block of a tensor of `shape` that the rank at mesh coordinate `coord` holds.
 
     Go through the mesh dimensions in order. For Shard(d), split what is left of
-    tensor dim d into mesh_shape[m] chunks the way torch.chunk does: chunk size
-    ceil(length / parts); chunk i starts at i * size; the last chunks may be
-    short or empty. Replicate() leaves the box as it is.
+    tensor dim d into mesh_shape[m] shares the way DTensor does: share size
+    ceil(length / parts); share i starts at i * size, clamped to the end; the
+    last shares may be short or empty. 5 over 4 gives lengths 2, 2, 1, 0, the
+    empty one at offset 5. (torch.chunk uses the same size but returns only
+    the non-empty chunks: 3 of them for 5 over 4.) Replicate() leaves the box
+    as it is.
     """
     if len(placements) != len(mesh_shape) or len(coord) != len(mesh_shape):
         raise ValueError(f"need one placement and one coordinate per mesh dimension: mesh {mesh_shape}, "
                          f"placements {placements}, coordinate {coord}")
     # >>> TODO(ch08): start from the whole tensor; narrow the sharded dims mesh dimension by mesh dimension
     # The answer has one (offset, length) per tensor dimension, in the tensor's coordinates. The split
-    # follows torch.chunk (see the docstring); an empty share has length 0.
+    # follows DTensor's rule (see the docstring); an empty share has length 0.
     box = [(0, size) for size in shape]
     for m, placement in enumerate(placements):
         if isinstance(placement, Shard):

@@ -20,7 +20,7 @@ Your TODOs:
 The other loop, continuous_rollouts, is given: read it first, it is the pattern.
 
 Given, safe to skip: ch09_plumbing.py (the generator, scorer and learner actors; the demo).
-Check: koans check 9    Demo: python -m solutions.ch09_async_loops    Read: docs/09_async_loops.md
+Check: koans check 9    Demo: python -m exercises.ch09_async_loops    Read: docs/09_async_loops.md
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 run, and the demo. You may skip this file; nothing in it is a TODO. docs/09_async_loops.md says
 what each role does.
 
-    python -m solutions.ch09_async_loops      (yours: python -m exercises.ch09_async_loops)
+    python -m exercises.ch09_async_loops      (the reference: python -m solutions.ch09_async_loops)
 """
 
 from __future__ import annotations
@@ -257,32 +257,71 @@ def produced_ids(run: dict) -> set[str]:
     return ids
 
 
-async def demo(steps: int = 120, max_lag: int = 1) -> None:
-    print(f"Chapter 09: two loops and a buffer ({steps} steps, 2 generators, max lag {max_lag})\n")
+class DemoLearner(Learner):
+    """The demo's learner: each training step also waits `train_ms`, as if an accelerator were busy.
+    On the tiny bandit a real step takes about a millisecond, less than the messages around it."""
+
+    def __init__(self, store: WeightStore, train_ms: float):
+        super().__init__(store)
+        self.train_s = train_ms / 1000
+
+    async def during_step(self) -> None:
+        await asyncio.sleep(self.train_s)
+
+
+def demo_actors(procs: ProcMesh, max_lag: int, train_ms: float) -> Actors:
+    """spawn_actors' layout (two generators), with the demo's learner."""
+    home = procs.slice(procs=0)
+    store = home.spawn("store", WeightStore)
+    buffer = home.spawn("buffer", ReplayBuffer, max_lag)
+    queue = home.spawn("queue", TrajectoryQueue)
+    scorer = home.spawn("scorer", Scorer, queue, buffer)
+    learner = home.spawn("learner", DemoLearner, store, train_ms)
+    gens = [procs.slice(procs=1 + i).spawn("generator", Generator, store, i, 4, 8, 0) for i in range(2)]
+    return Actors(store, buffer, queue, scorer, learner, gens)
+
+
+def started_during(spans: list, kind: str, during: str = "train") -> float:
+    """The share of `kind` spans that started while the learner was inside a `during` span."""
+    inside = sorted((s.start, s.end) for s in spans if s.kind == during)
+    starts = [s.start for s in spans if s.kind == kind]
+    hits = sum(any(a <= t < b for a, b in inside) for t in starts)
+    return hits / max(len(starts), 1)
+
+
+async def demo(steps: int = 120, max_lag: int = 1, train_ms: float = 30.0, every: int = 15) -> None:
+    print(f"Chapter 09: two loops and a buffer ({steps} steps, 2 generators, max lag {max_lag}; each training "
+          f"step also waits {train_ms:.0f} ms, as if an accelerator were busy)\n")
     procs = this_host().spawn_procs(per_host={"procs": 3})
     try:
-        actors = spawn_actors(procs, generators=2, max_lag=max_lag)
-        started = time.time()
+        actors = demo_actors(procs, max_lag, train_ms)
+        started, rewards = time.time(), []
 
         def show(result: dict) -> None:
-            if result["version"] % 15 == 0 or result["version"] == 1:
-                print(f"  step {result['version']:>4}  reward {result['reward']:.2f}  loss {result['loss']:+.3f}  "
-                      f"lags {dict(sorted(Counter(result['lags']).items()))}")
+            rewards.append(result["reward"])
+            if result["version"] % every == 0 or result["version"] == 1:
+                recent = rewards[-every:]
+                print(f"  step {result['version']:>4}  mean reward of the last {len(recent):>2} steps "
+                      f"{sum(recent) / len(recent):.2f}  lags in this batch {dict(sorted(Counter(result['lags']).items()))}")
 
         run = await run_async(actors, steps, on_step=show)
         took = time.time() - started
         lags = Counter(lag for r in run["results"] for lag in r["lags"])
         ledger = run["ledger"]
         print(f"\n{steps} steps in {took:.1f} s; rollouts per generator {run['rollouts']}")
-        print("policy lag of trained groups:\n" + histogram(lags, "lag "))
+        print(f"policy lag of trained groups (the buffer's bound: {max_lag}):\n" + histogram(lags, "lag "))
         print(f"groups: produced {len(produced_ids(run))} = trained {len(ledger.trained)} + refused stale "
               f"{len(ledger.refused_stale)} + dropped stale {len(ledger.dropped_stale)} + unused at stop "
               f"{len(ledger.unused_at_stop)}")
         spans = run["spans"]
-        window = [s for s in spans if s.start >= spans[-1].end - 2.0]  # the last 2 seconds, to see the detail
-        print("\nwho was busy when (last 2 s of the run):")
-        print(ascii_timeline(window))
-        print("busy fraction over the run: " + ", ".join(
+        print(f"\nthe loops overlap: {100 * started_during(spans, 'generate'):.0f}% of the rollouts started while "
+              "the learner was inside a training step (in lock step: none)")
+        window = 0.25
+        shown = [s for s in spans if s.start >= spans[-1].end - window]
+        print(f"who was busy when, in the last {window} s (a column is about {1000 * window / 64:.0f} ms; "
+              "a letter: busy at some moment of that column):")
+        print(ascii_timeline(shown))
+        print("busy fraction over the whole run: " + ", ".join(
             f"{a} {100 * busy_fraction(spans, a):.0f}%" for a in sorted({s.actor for s in spans})))
         await asyncio.wait_for(actors.learner.close.call_one(), TIMEOUT)
     finally:

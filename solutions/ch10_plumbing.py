@@ -7,7 +7,7 @@ step), and the demo. You may skip this file; nothing in it is a TODO.
                   generator replicas, each on its own process
     run_async     two rollout loops per replica and chapter 09's training loop, at once
     run_sync      lock step, for comparison: generate a batch, train on it, wait for the new weights
-    main          the demo: python -m solutions.ch10_qwen_grpo --help
+    main          the demo: python -m exercises.ch10_qwen_grpo --help
 """
 
 from __future__ import annotations
@@ -311,7 +311,7 @@ def summary(run: dict, config: RunConfig) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m solutions.ch10_qwen_grpo",
+    parser = argparse.ArgumentParser(prog=f"python -m {__package__}.ch10_qwen_grpo",
                                      description="Async GRPO on a Qwen2 policy, from your chapters' parts.")
     parser.add_argument("--mode", choices=["async", "sync"], default="async")
     parser.add_argument("--compare", action="store_true", help="run sync, then async, on the same config")

@@ -5,7 +5,10 @@ this chapter adds the learning. GRPO in three lines:
   1. For each prompt, sample a *group* of G responses and score them.
   2. A response's advantage: (reward - group mean) / (group std + eps).
   3. Raise each of its tokens' log-probability in proportion to the advantage,
-     with PPO's clipped ratio, since the generator may be a version behind.
+     weighted by the ratio p_now / p_generator (the generator may be a version
+     behind), and clipped: a token whose ratio already left [0.8, 1.2] gets no
+     gradient. One optimizer step per batch measures the ratio before the
+     weights move, so at lag 0 it is 1 and the clip never acts.
 
 Step 3 reads each response token's log-probability off one forward pass over
 prompt + response. The logits at position i predict the token at i + 1:
@@ -20,7 +23,7 @@ Your TODOs:
   3. response_token_logprobs  each response token's log-probability, from the logits before it
 
 Given, safe to skip: ch10_policy.py (model, tokenizer, counting task), ch10_plumbing.py (actors, job, demo).
-Check: koans check 10   Demo: python -m solutions.ch10_qwen_grpo (--compare)   Read: docs/10_qwen_grpo.md
+Check: koans check 10   Demo: python -m exercises.ch10_qwen_grpo (--compare)   Read: docs/10_qwen_grpo.md
 """
 
 from __future__ import annotations
@@ -158,8 +161,9 @@ def response_logprobs(model, prompts: torch.Tensor, prompt_attention: torch.Tens
     """[B, T] log p(response token t | prompt, tokens < t), from one forward pass of `model`.
 
     Prompts may be left-padded: positions count only the real tokens. The
-    generator (with no gradient) and the trainer both use this function, so the
-    two agree on every log-probability.
+    generator (with no gradient, one group unpadded) and the trainer (a
+    left-padded batch) both use this function, so the two agree up to rounding:
+    to about 1e-6 in float32, less closely in bfloat16.
     """
     full = torch.cat([prompts, responses], dim=1)
     attention = torch.cat([prompt_attention, mask.to(prompt_attention.dtype)], dim=1)

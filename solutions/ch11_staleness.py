@@ -23,7 +23,7 @@ for every token:
       trained while its lag is still within the bound. Nothing is made to be
       thrown away.
 
-The lab (`python -m solutions.ch11_staleness --sweep`) trains the counting task
+The lab (`python -m exercises.ch11_staleness --sweep`) trains the counting task
 of chapter 10 at max lag 0, 1, 2, 4 and 8 with each correction, and
 `--env-latency-ms 0,20,50,100` measures async against lock step when every
 rollout waits on an environment, as a code sandbox or a remote judge makes it wait.
@@ -35,7 +35,7 @@ Your TODOs:
   4. AdmissionWindow.admit          start a group only if it will be trained within the lag bound
 
 Given, safe to skip: ch11_plumbing.py (the lab, the latency experiment, the comparison with chapter 09).
-Check: koans check 11   Lab: python -m solutions.ch11_staleness --sweep   Read: docs/11_staleness.md
+Check: koans check 11   Lab: python -m exercises.ch11_staleness --sweep   Read: docs/11_staleness.md
 """
 
 from __future__ import annotations

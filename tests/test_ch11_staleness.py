@@ -158,3 +158,4 @@ def test_a_short_sweep_writes_its_data(plumbing, tmp_path):
     lag0 = [r for r in data["runs"] if r["lag"] == 0]
     assert all(e == pytest.approx(1.0) for r in lag0 for e in r["ess"][:1]), "at lag 0 the first batch is on-policy"
     assert "max lag" in plumbing.table(report) and "lag 2" in plumbing.chart(report)
+    assert "±" not in plumbing.table(report), "one seed has no spread to show"
