@@ -15,6 +15,8 @@ ten-line script behind a sentence of the docs, and prints nothing unless the cla
   docs/05_supervision.md  a caller's timeout does not cancel the remote call: the endpoint runs on
                           and finishes; an out-of-memory exception raised in an endpoint is an
                           ActorError like any other, and the actor still answers
+  docs/01_hello_actor.md  an actor handles one message at a time, an async endpoint's awaits
+                          included; only a @concurrent_endpoint lets another message in at an await
 """
 
 import asyncio
@@ -27,7 +29,7 @@ import time
 import pytest
 import torch
 from monarch._rust_bindings.monarch_hyperactor.supervision import SupervisionError
-from monarch.actor import Actor, ActorError, endpoint, this_proc
+from monarch.actor import Actor, ActorError, concurrent_endpoint, endpoint, this_proc
 from monarch.rdma import RDMABuffer
 
 from koans import harness
@@ -188,3 +190,49 @@ def test_an_out_of_memory_error_in_an_endpoint_is_an_actor_error(kind, test_tag)
         actor.out_of_memory.call_one(kind).get(timeout=TIMEOUT)
     assert isinstance(raised.value.exception, torch.OutOfMemoryError if kind == "torch" else MemoryError)
     assert actor.finished_calls.call_one().get(timeout=TIMEOUT) == 0, "the actor still answers"
+
+
+class Turns(Actor):
+    """Async endpoints: one waits for a gate that the other opens."""
+
+    def __init__(self):
+        self.events, self.gate = [], asyncio.Event()
+
+    async def _wait(self, patience: float) -> None:
+        self.events.append("waiting starts")
+        try:
+            await asyncio.wait_for(self.gate.wait(), patience)
+            self.events.append("waiting woken")
+        except TimeoutError:
+            self.events.append("waiting gave up")
+
+    @endpoint
+    async def wait_for_gate(self, patience: float) -> None:
+        await self._wait(patience)
+
+    @concurrent_endpoint
+    async def wait_for_gate_concurrently(self, patience: float) -> None:
+        await self._wait(patience)
+
+    @endpoint
+    async def open_gate(self) -> None:
+        self.events.append("gate opened")
+        self.gate.set()
+
+    @endpoint
+    async def log(self) -> list[str]:
+        return self.events
+
+
+@pytest.mark.parametrize("concurrent", [False, True])
+def test_an_actor_handles_one_message_at_a_time_awaits_included(concurrent, test_tag):
+    turns = this_proc().spawn(f"turns_{test_tag}", Turns)
+    waiter = turns.wait_for_gate_concurrently if concurrent else turns.wait_for_gate
+    waiting, opening = waiter.call_one(1.0), turns.open_gate.call_one()
+    waiting.get(timeout=TIMEOUT)
+    opening.get(timeout=TIMEOUT)
+    events = turns.log.call_one().get(timeout=TIMEOUT)
+    if concurrent:  # the gate opens while the waiter awaits it
+        assert events[-1] == "waiting woken" and "waiting gave up" not in events, events
+    else:  # open_gate waits its turn: the waiter can only give up
+        assert events == ["waiting starts", "waiting gave up", "gate opened"]
