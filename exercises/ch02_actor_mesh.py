@@ -21,6 +21,7 @@ Given, safe to skip: ch02_plumbing.py (the demo).
 Check: koans check 2    Demo: python -m exercises.ch02_actor_mesh    Read: docs/02_actor_mesh.md
 """
 
+import math
 import os
 
 from koans.demo import run_demo
@@ -56,8 +57,8 @@ class Worker(Actor):
     def sum_my_share(self, numbers: list[int]) -> int:
         """Sum of squares of this actor's share: numbers[rank::size].
 
-        rank and size are the message's view (current_rank().rank and the
-        product of current_size()), so a slice splits the list among itself.
+        rank and size are the message's view (current_rank().rank, and the
+        product of current_size()'s values), so a slice splits the list among itself.
         """
         raise NotImplementedError("TODO(ch02): square and sum every size-th number, starting at this message's rank")
 

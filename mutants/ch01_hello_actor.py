@@ -36,4 +36,19 @@ MUTANTS = [
     Mutant("spawn_greeter", "passes the actor's name where the greeter's name belongs", '''
         return procs.spawn(name, Greeter, "greeter")
     '''),
+    Mutant("Greeter.greet", "counts in a module-level variable, shared by every greeter in the process", '''
+        global _GREETINGS
+        _GREETINGS = globals().get("_GREETINGS", 0) + 1
+        return f"Hello, {who}! I am {self.name} (greeting #{_GREETINGS})."
+    '''),
+    Mutant("Greeter.whereabouts", "reports 'localhost' as the host", '''
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        return {"pid": os.getpid(), "host": "localhost", "device": device}
+    '''),
+    Mutant("start_one_process", "returns the host mesh, not a mesh of processes on it", '''
+        return this_host()
+    '''),
+    Mutant("spawn_greeter", "names the greeter 'greeter', whatever name it was given", '''
+        return procs.spawn("greeter", Greeter, "greeter")
+    '''),
 ]

@@ -54,4 +54,23 @@ MUTANTS = [
         partial_sums = workers.sum_my_share.call(numbers).get(timeout=timeout)
         return next(iter(partial_sums.values()))
     '''),
+    Mutant("Worker.whoami", "reports the message's size as one number", '''
+        return {
+            "spawn_coords": self.spawn_coords,
+            "message_coords": dict(current_rank()),
+            "message_size": math.prod(current_size().values()),
+            "pid": os.getpid(),
+        }
+    '''),
+    Mutant("Worker.add", "answers the tally from before the add", '''
+        before = self.tally
+        self.tally += amount
+        return before
+    '''),
+    Mutant("sum_of_squares", "waits with no timeout (a learner's)", '''
+        return sum(workers.sum_my_share.call(numbers).get().values())
+    '''),
+    Mutant("sum_of_squares", "waits a fixed minute, whatever timeout it was given", '''
+        return sum(workers.sum_my_share.call(numbers).get(timeout=60).values())
+    '''),
 ]

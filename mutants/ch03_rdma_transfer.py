@@ -77,4 +77,38 @@ MUTANTS = [
     Mutant("TensorOwner.send_copy", "sends the tensor's fingerprint", '''
         return fingerprint(self.tensor)
     '''),
+    Mutant("expose", "tests `dim() > 1`, so a 0-D tensor gets past the 1-D rule (a learner's)", '''
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(not_a_tensor(tensor))
+        if tensor.dim() > 1:
+            raise ValueError(not_flat(tensor))
+        if not tensor.is_contiguous():
+            raise ValueError(not_contiguous(tensor))
+        if tensor.numel() == 0:
+            raise ValueError(empty_tensor(tensor))
+        return TensorHandle(RDMABuffer(tensor), tensor.dtype, tensor.numel())
+    '''),
+    Mutant("pull_into", "reads without the caller's timeout, so Monarch's default applies (a learner's)", '''
+        if destination.dtype != handle.dtype:
+            raise ValueError(wrong_dtype(destination, handle))
+        if destination.dim() != 1 or not destination.is_contiguous():
+            raise ValueError(wrong_layout(destination, handle))
+        if destination.numel() != handle.numel:
+            raise ValueError(wrong_count(destination, handle))
+        await handle.buffer.read_into(destination)
+        return destination
+    '''),
+    Mutant("pull_into", "checks the layout before the dtype (a learner's)", '''
+        if destination.dim() != 1 or not destination.is_contiguous():
+            raise ValueError(wrong_layout(destination, handle))
+        if destination.dtype != handle.dtype:
+            raise ValueError(wrong_dtype(destination, handle))
+        if destination.numel() != handle.numel:
+            raise ValueError(wrong_count(destination, handle))
+        await handle.buffer.read_into(destination, timeout=timeout)
+        return destination
+    '''),
+    Mutant("TensorOwner.send_copy", "sends the numbers as a Python list", '''
+        return self.tensor.tolist()
+    '''),
 ]

@@ -1,9 +1,8 @@
 """Chapter 04: plausible wrong answers (see mutants/README.md).
 
-Not kept: `Worker.work` recording without waiting for the sink's reply. The
-record usually lands before the caller reads the summary, and no test can
-force it not to (two senders' messages have no order), so a test would only
-catch it by chance.
+`Worker.work` recording without waiting for the sink's reply is caught by a
+sink that refuses every record (ch04_plumbing.RefusingSink): only a work()
+that waited learns of it.
 """
 
 from koans.mutants import Mutant
@@ -36,6 +35,19 @@ MUTANTS = [
         result = sum(x * x for x in items)
         sink = find_sink(f"worker{self.rank}", self.sink_name)
         sink.record.call_one(f"worker{self.rank}", "items_done", result).get(timeout=TIMEOUT)
+        return result
+    '''),
+    Mutant("MetricsSink.record", "answers how many records this source has made", '''
+        self.records.append((source, metric, float(value)))
+        return sum(1 for kept in self.records if kept[0] == source)
+    '''),
+    Mutant("find_sink", "waits with no timeout (a learner's)", '''
+        return get_or_spawn_controller(name, MetricsSink, created_by).get()
+    '''),
+    Mutant("Worker.work", "sends the record and does not wait for the reply (a learner's)", '''
+        result = sum(x * x for x in items)
+        sink = find_sink(f"worker{self.rank}", self.sink_name)
+        sink.record.call_one(f"worker{self.rank}", "items_done", len(items))
         return result
     '''),
 ]

@@ -1,12 +1,27 @@
-"""Chapter 02 plumbing: the demo. You may skip this file; nothing in it is a TODO.
+"""Chapter 02 plumbing: the demo, and a slow worker the tests use. You may skip this file; nothing
+in it is a TODO.
 
     python -m exercises.ch02_actor_mesh      (the reference: python -m solutions.ch02_actor_mesh)
 """
 
+import time
+
 from koans.demo import demo_options
-from monarch.actor import this_host
+from monarch.actor import Actor, endpoint, this_host
 
 from .ch02_actor_mesh import spawn_workers, sum_of_squares
+
+
+class SlowWorker(Actor):
+    """Answers sum_my_share only after `seconds`: a worker that is stuck, as far as a caller can tell."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+
+    @endpoint
+    def sum_my_share(self, numbers: list[int]) -> int:
+        time.sleep(self.seconds)
+        return 0
 
 
 def main() -> None:

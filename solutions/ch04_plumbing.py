@@ -1,4 +1,5 @@
-"""Chapter 04 plumbing: the demo. You may skip this file; nothing in it is a TODO.
+"""Chapter 04 plumbing: the demo, and a sink the tests use. You may skip this file; nothing in it is
+a TODO.
 
     python -m exercises.ch04_controllers      (the reference: python -m solutions.ch04_controllers)
 """
@@ -6,9 +7,17 @@
 import os
 
 from koans.demo import demo_options
-from monarch.actor import this_host
+from monarch.actor import endpoint, this_host
 
-from .ch04_controllers import TIMEOUT, Worker, find_sink
+from .ch04_controllers import TIMEOUT, MetricsSink, Worker, find_sink
+
+
+class RefusingSink(MetricsSink):
+    """A sink that refuses every record: whoever waits for the reply learns it."""
+
+    @endpoint
+    def record(self, source: str, metric: str, value: float) -> int:
+        raise RuntimeError(f"this sink refuses every record ({source}, {metric})")
 
 
 def main() -> None:

@@ -127,6 +127,13 @@ def test_sum_of_squares_combines_the_value_mesh(chapter, workers):
     assert chapter.sum_of_squares(workers, [], TIMEOUT) == 0
 
 
+@pytest.mark.todo("sum_of_squares")
+def test_sum_of_squares_waits_at_most_its_timeout(chapter, plumbing, fresh_procs):
+    stuck = fresh_procs(procs=1).spawn("stuck_workers", plumbing.SlowWorker, 5.0)
+    with pytest.raises(TimeoutError):  # a worker that never answers in time must not hang the caller
+        chapter.sum_of_squares(stuck, [1, 2, 3], timeout=0.5)
+
+
 @pytest.mark.todo("Worker.whoami")
 def test_spawning_on_a_slice_of_the_proc_mesh_uses_only_those_processes(chapter, procs, workers):
     everyone = workers.whoami.call().get(timeout=TIMEOUT)

@@ -43,13 +43,14 @@ def test_the_handle_is_tiny_next_to_the_payload(chapter, procs):
     "bad, error, message",
     [
         (torch.zeros(4, 8), ValueError, "not_flat"),
+        (torch.tensor(3.0), ValueError, "not_flat"),  # 0-D: not 1-D either
         (torch.zeros(4, 8).t(), ValueError, "not_flat"),  # 2-D and strided: the 1-D rule comes first
         (torch.zeros(0, 3), ValueError, "not_flat"),  # 2-D and empty: likewise
         (torch.zeros(16)[::2], ValueError, "not_contiguous"),
         (torch.zeros(0), ValueError, "empty_tensor"),
         ([1.0, 2.0], TypeError, "not_a_tensor"),
     ],
-    ids=["2-D", "2-D-strided", "2-D-empty", "strided", "empty", "list"],
+    ids=["2-D", "0-D", "2-D-strided", "2-D-empty", "strided", "empty", "list"],
 )
 def test_expose_refuses_what_rdma_cannot_point_at_by_the_right_rule(chapter, bad, error, message):
     with pytest.raises(error) as caught:
@@ -101,19 +102,56 @@ def test_a_reread_sees_in_place_updates(owner_and_reader):
     [
         (torch.empty(8, dtype=torch.float16), "wrong_dtype"),
         (torch.empty(7, dtype=torch.float16), "wrong_dtype"),  # dtype and count wrong: dtype comes first
+        (torch.empty(2, 4, dtype=torch.float16), "wrong_dtype"),  # dtype and layout wrong: dtype comes first
         (torch.empty(2, 4), "wrong_layout"),
         (torch.empty(2, 3), "wrong_layout"),  # 2-D and the wrong count: the layout rule comes first
         (torch.empty(16)[::2], "wrong_layout"),
         (torch.empty(7), "wrong_count"),
         (torch.empty(9), "wrong_count"),  # bigger is refused too: the chapter wants exactly the handle's size
     ],
-    ids=["dtype", "dtype-and-count", "2-D", "2-D-and-count", "strided", "short", "long"],
+    ids=["dtype", "dtype-and-count", "dtype-and-layout", "2-D", "2-D-and-count", "strided", "short", "long"],
 )
 def test_pull_into_refuses_a_wrong_destination_by_the_right_rule(chapter, destination, message):
     handle = chapter.expose(torch.arange(8, dtype=torch.float32))
     with pytest.raises(ValueError) as caught:
         asyncio.run(chapter.pull_into(handle, destination, timeout=int(TIMEOUT)))
     assert str(caught.value) == getattr(chapter, message)(destination, handle), f"expected the {message}() message"
+
+
+class SlowBuffer:
+    """Stands in for an RDMABuffer whose remote end never answers: a read gives up after its own timeout,
+    as Monarch's does (a TimeoutError)."""
+
+    def __init__(self):
+        self.timeouts = []
+
+    def read_into(self, destination, *, timeout=60):
+        self.timeouts.append(timeout)
+
+        async def read():
+            await asyncio.sleep(timeout)
+            raise TimeoutError(f"read_into gave up after {timeout} s")
+
+        return read()
+
+
+@pytest.mark.todo("pull_into")
+def test_pull_into_waits_at_most_the_callers_timeout(chapter):
+    handle = chapter.TensorHandle(SlowBuffer(), torch.float32, 8)
+
+    async def pull() -> str:
+        try:
+            await chapter.pull_into(handle, torch.empty(8), timeout=1)
+        except TimeoutError:
+            return "gave up"
+        return "read"
+
+    try:
+        outcome = asyncio.run(asyncio.wait_for(pull(), 10))
+    except TimeoutError:
+        outcome = "still waiting after 10 s"
+    assert outcome == "gave up", (f"pull_into(..., timeout=1) on a remote end that never answers: {outcome}. "
+                                  "Wait at most the caller's `timeout`: pass it to read_into")
 
 
 @pytest.mark.todo("expose", "pull_into")

@@ -2,8 +2,9 @@
 
 import os
 
+import monarch.actor
 import pytest
-from monarch.actor import this_proc
+from monarch.actor import ActorError, get_or_spawn_controller, this_proc
 
 from koans.testing import STARTUP_TIMEOUT, TIMEOUT
 
@@ -50,6 +51,24 @@ def test_later_callers_get_the_same_one_and_their_arguments_are_ignored(chapter,
 
 
 @pytest.mark.todo("find_sink")
+def test_find_sink_waits_at_most_the_callers_timeout(chapter, monkeypatch):
+    waited = []
+
+    class Pending:  # stands in for the Future that get_or_spawn_controller answers
+        def get(self, timeout=None):
+            waited.append(timeout)
+            return "the sink"
+
+    def get_or_spawn(name, actor_class, *args, **kwargs):
+        return Pending()
+
+    monkeypatch.setattr(chapter, "get_or_spawn_controller", get_or_spawn)
+    monkeypatch.setattr(monarch.actor, "get_or_spawn_controller", get_or_spawn)
+    assert chapter.find_sink("the test", "a_sink", timeout=7) == "the sink"
+    assert waited == [7], f"find_sink(..., timeout=7) waited with timeout={waited}: wait at most the caller's timeout"
+
+
+@pytest.mark.todo("find_sink")
 def test_every_process_gets_the_same_instance(chapter, sink_name, workers):
     seen = workers.sink_identity.call().get(timeout=STARTUP_TIMEOUT)
     instances = {me["instance"] for me in seen.values()}
@@ -65,6 +84,21 @@ def test_a_worker_can_be_the_first_caller(sink_name, workers):
     others = workers.sink_identity.call().get(timeout=TIMEOUT)
     assert {me["created_by"] for me in others.values()} == {"worker2"}
     assert made["pid"] == os.getpid(), "even when a worker creates it, it lives in the root process"
+
+
+@pytest.mark.todo("Worker.work")
+def test_work_waits_for_the_sinks_reply(chapter, plumbing, procs, sink_name):
+    """A sink that refuses every record: a work() that waited for the reply learns it and fails; one that
+    sent the record and went on returns as if all were well (and its report may not be in yet)."""
+    get_or_spawn_controller(sink_name, plumbing.RefusingSink, "the test").get(timeout=TIMEOUT)
+    worker = procs.slice(procs=0).spawn(f"worker_{sink_name}", chapter.Worker, sink_name)
+    try:
+        result = worker.work.call_one([1, 2]).get(timeout=STARTUP_TIMEOUT)
+    except ActorError as err:
+        assert "refuses every record" in str(err), err
+    else:
+        pytest.fail(f"work() returned {result} though the sink refused its record: it did not wait for the sink's "
+                    "reply. Wait for it, so the report is in before the caller reads the summary")
 
 
 @pytest.mark.todo("Worker.work")
