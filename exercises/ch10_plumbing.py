@@ -4,7 +4,8 @@ step), and the demo. You may skip this file; nothing in it is a TODO.
     Generator     a generator replica: pulls new weights (ch07), samples a group for a prompt
     Trainer       the policy being trained: one GRPO step per batch (your functions), then publish
     Job.start     a trainer process (trainer, weight store, replay buffer) and a Service (ch06) of
-                  generator replicas, each on its own process
+                  generator replicas, each on its own process; with a HostsSpec (--hosts N), on a
+                  Monarch job's hosts instead of this one (ch10_multihost.py)
     run_async     two rollout loops per replica and chapter 09's training loop, at once
     run_sync      lock step, for comparison: generate a batch, train on it, wait for the new weights
     main          the demo: python -m exercises.ch10_qwen_grpo --help
@@ -34,6 +35,8 @@ from .ch07_plumbing import ask, wait_for_version
 from .ch07_transports import state_fingerprint
 from .ch07_weight_sync import SnapshotReader, WeightPublisher, WeightStore
 from .ch09_async_loops import ReplayBuffer, continuous_training
+from .ch10_multihost import (HostsSpec, JobHosts, add_host_flags, describe_hosts, host_report, hosts_from_args,
+                             killing_host_at)
 from .ch10_policy import CountingTask, Prompt, pad_left, prompt_ids, sample_group  # noqa: F401 (tests use them)
 from .ch10_qwen_grpo import (TIMEOUT, Rollout, RunConfig, continuous_rollouts, group_advantages, grpo_loss,
                              pick_device, response_logprobs, score)
@@ -195,16 +198,23 @@ class Job:
     trainer: Trainer
     service: Service
     task: CountingTask = field(default_factory=CountingTask)
+    hosts: JobHosts | None = None  # the Monarch job whose hosts the actors run on (--hosts), or None: this host
 
     @classmethod
-    def start(cls, config: RunConfig, name: str = "grpo") -> "Job":
-        procs = this_host().spawn_procs(per_host={"procs": 1})
-        store = procs.spawn(f"{name}_store", WeightStore, config.lease_timeout_s)
-        buffer = procs.spawn(f"{name}_buffer", ReplayBuffer, config.max_lag)
-        trainer = procs.spawn(f"{name}_trainer", Trainer, store, config)
-        service = Service(Generator, store, config, replicas=config.generators, name=f"{name}_generator",
-                          call_timeout=TIMEOUT)
-        return cls(config, procs, store, buffer, trainer, service)
+    def start(cls, config: RunConfig, name: str = "grpo", hosts: HostsSpec | None = None) -> "Job":
+        where = JobHosts(hosts) if hosts is not None else None  # ch10_multihost: the trainer and the generators
+        try:                                                     # on hosts of their own
+            procs = where.trainer_procs() if where else this_host().spawn_procs(per_host={"procs": 1})
+            store = procs.spawn(f"{name}_store", WeightStore, config.lease_timeout_s)
+            buffer = procs.spawn(f"{name}_buffer", ReplayBuffer, config.max_lag)
+            trainer = procs.spawn(f"{name}_trainer", Trainer, store, config)
+            service = (where.generator_service if where else Service)(
+                Generator, store, config, replicas=config.generators, name=f"{name}_generator", call_timeout=TIMEOUT)
+        except BaseException:
+            if where is not None:
+                where.kill()
+            raise
+        return cls(config, procs, store, buffer, trainer, service, hosts=where)
 
     async def warm_up(self) -> None:
         """Load the models everywhere before the clock starts (imports and init take seconds)."""
@@ -228,7 +238,11 @@ class Job:
         try:
             await ask(self.trainer.close)
         finally:
-            await asyncio.gather(self.service.close(), asyncio.wait_for(self.trainer_procs.stop(), TIMEOUT))
+            try:
+                await asyncio.gather(self.service.close(), asyncio.wait_for(self.trainer_procs.stop(), TIMEOUT))
+            finally:
+                if self.hosts is not None:
+                    self.hosts.kill()  # the job's hosts, and anything still on them
 
 
 async def run_async(job: Job, on_step=None, timeout: float = 1800, loops_per_generator: int = 2) -> dict:
@@ -274,26 +288,32 @@ def killing_at(job: Job, step: int, on_step=None):
     return wrapped
 
 
-async def train_async(config: RunConfig, mode: str = "async", on_step=None, name: str = "grpo", kill_at: int = 0) -> dict:
+async def train_async(config: RunConfig, mode: str = "async", on_step=None, name: str = "grpo", kill_at: int = 0,
+                      hosts: HostsSpec | None = None) -> dict:
     """Start a job, run it in `mode`, sync the weights one last time, stop it. Answers the figures."""
-    job = Job.start(config, name)
+    job = Job.start(config, name, hosts)
     try:
         await job.warm_up()
         if kill_at > 0:
             on_step = killing_at(job, kill_at, on_step)
+        if hosts is not None and hosts.kill_host_at > 0:
+            on_step = killing_host_at(job, hosts.kill_host_at, on_step)
         started = time.time()
         run = await (run_async(job, on_step) if mode == "async" else run_sync(job, on_step))
         run["seconds"] = time.time() - started
         run["final"] = await job.final_sync()
         run["spans"] = await job.spans()
         run["service"] = job.service.snapshot()
+        if job.hosts is not None:
+            run["hosts"] = await host_report(job, run["spans"])
         return run
     finally:
         await job.stop()
 
 
-def train(config: RunConfig, mode: str = "async", on_step=None, name: str = "grpo", kill_at: int = 0) -> dict:
-    return asyncio.run(train_async(config, mode, on_step, name, kill_at))
+def train(config: RunConfig, mode: str = "async", on_step=None, name: str = "grpo", kill_at: int = 0,
+          hosts: HostsSpec | None = None) -> dict:
+    return asyncio.run(train_async(config, mode, on_step, name, kill_at, hosts))
 
 
 def summary(run: dict, config: RunConfig) -> dict:
@@ -327,7 +347,9 @@ def main() -> None:
     parser.add_argument("--kill-at", type=int, default=0, metavar="STEP",
                         help="SIGKILL a generator replica after this step; training carries on")
     parser.add_argument("--trace", help="write the timeline as Chrome trace JSON (open in ui.perfetto.dev)")
+    add_host_flags(parser)
     args = parser.parse_args()
+    hosts = hosts_from_args(parser, args)
     config = RunConfig(model=args.model, seed=args.seed, steps=args.steps, max_lag=args.max_lag,
                        generators=args.generators, kl_coef=args.kl_coef, dtype=args.dtype, lr=args.lr)
     modes = ["sync", "async"] if args.compare else [args.mode]
@@ -337,7 +359,7 @@ def main() -> None:
     figures = {}
     for mode in modes:
         figures[mode] = show_run(config, mode, args.show_every, args.trace if mode == modes[-1] else None,
-                                 args.kill_at)
+                                 args.kill_at, hosts)
     if args.compare:
         s, a = figures["sync"], figures["async"]
         from koans.bench_weight_sync import _hardware
@@ -351,8 +373,9 @@ def main() -> None:
             print(f"  busy {mode:>5}: " + ", ".join(f"{k} {100 * v:.0f}%" for k, v in figures[mode]["busy"].items()))
 
 
-def show_run(config: RunConfig, mode: str, show_every: int, trace: str | None, kill_at: int = 0) -> dict:
-    print(f"--- {mode} ---")
+def show_run(config: RunConfig, mode: str, show_every: int, trace: str | None, kill_at: int = 0,
+             hosts: HostsSpec | None = None) -> dict:
+    print(f"--- {mode} ---" + (f" on {hosts.describe()}" if hosts else ""))
     rewards: list[float] = []
 
     def on_step(result: dict) -> None:
@@ -364,7 +387,7 @@ def show_run(config: RunConfig, mode: str, show_every: int, trace: str | None, k
                   f"lags {dict(sorted(Counter(result['lags']).items()))}\n"
                   f"      {ex['prompt']!r} -> {ex['response']!r}  reward {ex['reward']:.2f}  (policy v{ex['version']})")
 
-    run = train(config, mode, on_step, name=f"grpo_{mode}", kill_at=kill_at)
+    run = train(config, mode, on_step, name=f"grpo_{mode}", kill_at=kill_at, hosts=hosts)
     figures = summary(run, config)
     tenth = max(1, len(rewards) // 10)
     print(f"\n{len(rewards)} steps in {run['seconds']:.1f} s, {figures['samples_per_s']:.1f} samples/s; mean reward "
@@ -384,6 +407,8 @@ def show_run(config: RunConfig, mode: str, show_every: int, trace: str | None, k
     same = all(f == final["trainer"] for f in final["generators"].values())
     print(f"final weights: version {final['version']} on every generator {sorted(final['generator_versions'].values())}; "
           f"bit-equal to the trainer's: {same}")
+    if "hosts" in run:
+        print(describe_hosts(run["hosts"], service))
     print("busy: " + ", ".join(f"{k} {100 * v:.0f}%" for k, v in figures["busy"].items()))
     print(f"weight sync: the trainer spent {figures['publish_ms']:.1f} ms per step publishing "
           f"({100 * figures['publish_share']:.1f}% of the wall time); a generator took {figures['load_ms']:.1f} ms "
