@@ -83,15 +83,17 @@ def shard_box(shape: tuple[int, ...], mesh_shape: tuple[int, ...], placements, c
     tensor dim d into mesh_shape[m] shares the way DTensor does: share size
     ceil(length / parts); share i starts at i * size, clamped to the end; the
     last shares may be short or empty. 5 over 4 gives lengths 2, 2, 1, 0, the
-    empty one at offset 5. (torch.chunk uses the same size but returns only
-    the non-empty chunks: 3 of them for 5 over 4.) Replicate() leaves the box
-    as it is.
+    empty one at offset 5. DTensor puts every empty share at the end of the
+    tensor's dimension (its full size), even one split out of a smaller part.
+    (torch.chunk uses the same size but returns only the non-empty chunks: 3
+    of them for 5 over 4.) Replicate() leaves the box as it is.
     """
     if len(placements) != len(mesh_shape) or len(coord) != len(mesh_shape):
         raise ValueError(f"need one placement and one coordinate per mesh dimension: mesh {mesh_shape}, "
                          f"placements {placements}, coordinate {coord}")
     # The answer has one (offset, length) per tensor dimension, in the tensor's coordinates. The split
-    # follows DTensor's rule (see the docstring); an empty share has length 0.
+    # follows DTensor's rule (see the docstring); an empty share has length 0 and, as DTensor places it,
+    # the offset of the dimension's end: its full size.
     raise NotImplementedError("TODO(ch08): start from the whole tensor; narrow the sharded dims mesh dimension by mesh dimension")
 
 

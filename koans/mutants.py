@@ -52,6 +52,11 @@ def apply_mutant(source: str, path: str, mutant: Mutant) -> str:
     if target is None:
         raise StubError(f"{path}: no TODO {mutant.todo!r} for the mutant {mutant.description!r}")
     lines = source.splitlines()
+    mutated = textwrap.dedent(mutant.code).strip("\n").splitlines()
+    if [line.strip() for line in mutated] == [line.strip() for line in lines[target.begin: target.end - 1]
+                                              if not line.strip().startswith("#")]:
+        raise StubError(f"{path}: the mutant {mutant.description!r} of {mutant.todo!r} is the solution itself: "
+                        "its change did not apply")
     out, cursor = [], 0
     for todo in todos:
         out.extend(lines[cursor: todo.begin - 1])

@@ -1,4 +1,4 @@
-"""What the chapter tests share: timeouts, and naming the TODO an assertion checks.
+"""What the chapter tests share: timeouts, naming the TODO an assertion checks, and stand-in actors.
 
 Every wait on Monarch in a test has a timeout, so a stub that never answers
 fails the test instead of hanging it. The values are generous because CI
@@ -6,8 +6,10 @@ machines are small and busy; they bound a hang, they do not measure speed.
 Set $KOANS_TIMEOUT to scale them (e.g. KOANS_TIMEOUT=5 for quick hang checks).
 """
 
+import asyncio
 import contextlib
 import os
+import time
 
 #: Seconds to wait for one reply from an actor that is already running.
 TIMEOUT = float(os.environ.get("KOANS_TIMEOUT", "20"))
@@ -32,3 +34,52 @@ def checking(todo: str, hint: int | None = None):
         if not getattr(err, "koans_todos", None):
             err.koans_todos, err.koans_hint = (todo,), hint
         raise
+
+
+#: An endpoint of a StandIn given as NEVER never answers (a hung or dead actor, as its caller sees it).
+NEVER = "never answers"
+
+
+class StandIn:
+    """Stands in for an actor, in this process: each keyword is one of its endpoints.
+
+        store = StandIn(acquire=lambda newer_than: None, claim=NEVER)
+        await store.acquire.call_one(3)        # None; store.acquire.calls == [(3,)]
+        store.claim.call_one().get(timeout=1)  # TimeoutError after 1 s: it never answers
+
+    A call answers fn(*args) (or raises what fn raises). Like a Monarch Future it can be
+    awaited (it answers after one turn of the event loop, so other tasks run meanwhile) or
+    waited on with `.get(timeout=...)`.
+    """
+
+    def __init__(self, **endpoints):
+        for name, fn in endpoints.items():
+            setattr(self, name, _StandInEndpoint(fn))
+
+
+class _StandInEndpoint:
+    def __init__(self, fn):
+        self.fn, self.calls = fn, []
+
+    def call_one(self, *args, **kwargs):
+        self.calls.append(args)
+        return _StandInReply(self.fn, args, kwargs)
+
+
+class _StandInReply:
+    def __init__(self, fn, args, kwargs):
+        self.fn, self.args, self.kwargs = fn, args, kwargs
+
+    def __await__(self):
+        if self.fn is NEVER:
+            yield from asyncio.get_running_loop().create_future().__await__()  # nobody ever sets it
+        yield from asyncio.sleep(0).__await__()
+        return self.fn(*self.args, **self.kwargs)
+
+    def get(self, timeout=None):
+        if self.fn is NEVER:
+            if timeout is None:
+                raise AssertionError("waited with no timeout for a call that never answers: that would hang forever")
+            time.sleep(timeout)
+            raise TimeoutError(f"no answer within {timeout} s")
+        return self.fn(*self.args, **self.kwargs)

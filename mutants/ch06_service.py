@@ -1,10 +1,4 @@
-"""Chapter 06: plausible wrong answers (see mutants/README.md).
-
-Deleted as harmless: route() forgetting to add a failed replica to `tried`.
-mark_unhealthy has already taken it out of rotation, so round robin skips it
-anyway; `tried` only matters for a session's replica, which the same marking
-covers.
-"""
+"""Chapter 06: plausible wrong answers (see mutants/README.md)."""
 
 from koans.mutants import Mutant
 
@@ -91,4 +85,31 @@ MUTANTS = [
            ROUTE.replace("    self.stats.failed += 1\n", "")),
     Mutant("Service.route", "gives up after the first failure",
            ROUTE.replace("        tried.add(replica.index)\n", "        tried.add(replica.index)\n        break\n")),
+    Mutant("Service.next_replica", "moves the cursor one step on from where it was, not past the pick", '''
+        count = len(self.replicas)
+        for step in range(count):
+            replica = self.replicas[(self.cursor + step) % count]
+            if replica.healthy and replica.index not in exclude:
+                self.cursor = (self.cursor + 1) % count
+                return replica
+        return None
+    '''),
+    Mutant("Service.mark_unhealthy", "counts the death on the service but not on the replica", '''
+        if self.replicas[replica.index] is replica and replica.healthy:
+            replica.healthy = False
+            self.stats.replica_failures += 1
+            if self.auto_recover:
+                self.start_recovery(replica)
+    '''),
+    Mutant("Service.route", "counts the retry before checking that a replica is left (a learner's)", ROUTE.replace(
+        "        replica = self._pick(session, tried)\n        if replica is None:\n            break\n"
+        "        if number > 0:\n            self.stats.retries += 1\n",
+        "        if number > 0:\n            self.stats.retries += 1\n"
+        "        replica = self._pick(session, tried)\n        if replica is None:\n            break\n")),
+    Mutant("Service.route", "forgets to add a failed replica to `tried` (a learner's)",
+           ROUTE.replace("        tried.add(replica.index)\n", "")),
+    Mutant("Service.route", "waits the module's TIMEOUT, not the service's call_timeout",
+           ROUTE.replace("await classify(call, self.call_timeout,", "await classify(call, TIMEOUT,")),
+    Mutant("Service.route", "retries a death without marking the replica unhealthy",
+           ROUTE.replace("        self.mark_unhealthy(replica, outcome.kind)\n", "")),
 ]

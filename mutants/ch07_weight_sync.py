@@ -100,4 +100,50 @@ MUTANTS = [
         self.version = snapshot.version
         return snapshot.version
     '''),
+    Mutant("WeightStore.claim", "works out the busy slots before dropping expired leases (a learner's)", '''
+        now = time.monotonic()
+        busy = set(self.writing) | {slot for slot, _ in self.leases.values()}
+        if self.latest is not None:
+            busy.add(self.latest[1])
+        for lease, (_, since) in list(self.leases.items()):
+            if now - since > self.lease_timeout_s:
+                del self.leases[lease]
+                self.counts["expired_leases"] += 1
+        for slot in range(len(self.offers)):
+            if slot not in busy:
+                self.writing.add(slot)
+                return slot
+        self.counts["skipped_claims"] += 1
+        return None
+    '''),
+    Mutant("WeightStore.claim", "does not count a skipped claim", CLAIM.replace('    self.counts["skipped_claims"] += 1\n', "")),
+    Mutant("WeightStore.claim", "drops an expired lease without counting it",
+           CLAIM.replace('            self.counts["expired_leases"] += 1\n', "")),
+    Mutant("WeightPublisher.publish", "asks the store with no timeout (a learner's)", '''
+        slot = await self.store.claim.call_one()
+        if slot is None:
+            self.skipped += 1
+            return None
+        self.staging.start(state_dict, slot, version)
+        self.version = version
+        return version
+    '''),
+    Mutant("WeightPublisher.publish", "waits for the copy to be done before answering", '''
+        slot = await asyncio.wait_for(self.store.claim.call_one(), self.timeout)
+        if slot is None:
+            self.skipped += 1
+            return None
+        self.staging.start(state_dict, slot, version)
+        await self.staging.finish()
+        self.version = version
+        return version
+    '''),
+    Mutant("SnapshotReader.pull_and_load", "asks the store with no timeout",
+           PULL.replace("await asyncio.wait_for(self.store.acquire.call_one(self.version), self.timeout)",
+                        "await self.store.acquire.call_one(self.version)")),
+    Mutant("SnapshotReader.pull_and_load", "gives the lease back without waiting for the answer", PULL.replace(
+        "            held = await asyncio.wait_for(self.store.release.call_one(snapshot.lease), self.timeout)\n",
+        "            held = self.store.release.call_one(snapshot.lease)\n")),
+    Mutant("SnapshotReader.pull_and_load", "keeps loading for as long as leases expire",
+           PULL.replace("    for _ in range(self.attempts):", "    while True:")),
 ]

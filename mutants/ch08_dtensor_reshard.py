@@ -92,4 +92,25 @@ MUTANTS = [
             region.copy_(buffer.view(region.shape))
         return read
     '''),
+    Mutant("shard_box", "leaves an empty share's start unclamped (a learner's)", '''
+        box = [(0, size) for size in shape]
+        for m, placement in enumerate(placements):
+            if isinstance(placement, Shard):
+                offset, length = box[placement.dim]
+                size = -(-length // mesh_shape[m])
+                start = coord[m] * size
+                box[placement.dim] = (offset + start, max(0, min(size, length - start)))
+        return tuple(box)
+    '''),
+    Mutant("intersect", "answers an empty box instead of None", INTERSECT.replace(
+        "        if end <= start:\n            return None\n", "").replace("(start, end - start)", "(start, max(0, end - start))")),
+    Mutant("ShardHolder.pull", "reads one piece after another (a learner's)", '''
+        read = 0
+        for piece, handle in zip(pieces, handles):
+            buffer = await pull_into(handle, torch.empty(handle.numel, dtype=handle.dtype))
+            region = self.local[piece.dst_slices]
+            region.copy_(buffer.view(region.shape))
+            read += handle.nbytes
+        return read
+    '''),
 ]

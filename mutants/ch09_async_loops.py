@@ -108,4 +108,35 @@ MUTANTS = [
     Mutant("continuous_training", "waits with a blocking .get(): the loops take turns", TRAIN.replace(
         "result = await asyncio.wait_for(learner.train.call_one(batch), TIMEOUT)",
         "result = learner.train.call_one(batch).get(timeout=TIMEOUT)")),
+    Mutant("ReplayBuffer.put", "counts a refused group as dropped, not refused", '''
+        if self._too_stale(group):
+            self.ledger.dropped_stale.append(group.id)
+            return False
+        self.groups.append(group)
+        async with self.arrived:
+            self.arrived.notify_all()
+        return True
+    '''),
+    Mutant("ReplayBuffer.sample", "drops stale groups once before waiting, never again after a wake (a learner's)", '''
+        self.learner_version = max(self.learner_version, learner_version)
+        stale = [g for g in self.groups if self._too_stale(g)]
+        self.ledger.dropped_stale += [g.id for g in stale]
+        self.groups[:] = [g for g in self.groups if not self._too_stale(g)]
+        try:
+            async with self.arrived:
+                await asyncio.wait_for(self.arrived.wait_for(lambda: len(self.groups) >= count), timeout)
+        except asyncio.TimeoutError:
+            return None
+        batch, self.groups[:] = self.groups[:count], self.groups[count:]
+        self.ledger.trained += [g.id for g in batch]
+        return batch
+    '''),
+    Mutant("ReplayBuffer.sample", "takes the caller's version as it is, so it can go down (a learner's)",
+           SAMPLE.replace("self.learner_version = max(self.learner_version, learner_version)",
+                          "self.learner_version = learner_version")),
+    Mutant("ReplayBuffer.sample", "waits half a minute, whatever timeout it was given",
+           SAMPLE.replace("asyncio.wait_for(self.arrived.wait_for(enough), timeout)",
+                          "asyncio.wait_for(self.arrived.wait_for(enough), TIMEOUT / 2)")),
+    Mutant("continuous_training", "counts its own versions instead of using the ones train answers", TRAIN.replace(
+        '            version = result["version"]\n', "            version += 1\n")),
 ]

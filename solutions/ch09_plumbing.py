@@ -56,6 +56,11 @@ class ArrivalProbe(ReplayBuffer):
     async def listeners(self) -> int:
         return self.listening
 
+    @concurrent_endpoint
+    async def sleepers(self) -> int:
+        """How many wait on self.arrived right now (a waiting sample() among them)."""
+        return len(self.arrived._waiters)  # asyncio.Condition keeps its waiters here (CPython 3.11-3.13)
+
 
 class TrajectoryQueue(Actor):
     """Generated, not yet scored groups: the hand-off from generators to the scorer."""

@@ -225,9 +225,29 @@ def test_when_every_attempt_fails_the_error_lists_each_one(chapter, make_service
 
 
 @pytest.mark.todo("Service.route")
-def test_a_replica_that_does_not_answer_in_time_is_retried_elsewhere(chapter, make_service, aio):
-    service = make_service(replicas=2, call_timeout=0.5, auto_recover=False)
+def test_a_replica_that_does_not_answer_in_time_is_retried_elsewhere_and_never_again(chapter, make_service, aio):
+    """Two replicas that hang, three attempts allowed. While the second attempt waits, the first replica is
+    back in rotation (as its replacement would be): the request still goes to each replica once."""
+    service = make_service(replicas=2, call_timeout=1.0, auto_recover=False)
+
+    async def scenario():
+        async def first_one_comes_back():
+            while all(r.healthy for r in service.replicas):  # until the first attempt has marked its replica
+                await asyncio.sleep(0.01)
+            for replica in service.replicas:
+                replica.healthy = True
+
+        comeback = asyncio.create_task(first_one_comes_back())
+        try:
+            await service.route("hang", 5.0)
+        finally:
+            await asyncio.wait_for(comeback, TIMEOUT)
+
     with pytest.raises(chapter.ServiceUnavailable) as caught:
-        aio.run(service.route("hang", 3.0))
-    assert [a.outcome for a in caught.value.attempts] == ["timeout", "timeout"]
-    assert sorted(a.replica for a in caught.value.attempts) == [0, 1]
+        aio.run(scenario())
+    attempts = [(a.replica, a.outcome) for a in caught.value.attempts]
+    assert sorted(attempts) == [(0, "timeout"), (1, "timeout")], (
+        f"attempts {attempts}: each replica once. A replica this request already tried is not tried again, "
+        "even when it is healthy again by then")
+    assert service.snapshot()["retries"] == 1, (
+        "one retry: the second attempt. When no replica is left to try, there is no third try to count")

@@ -3,12 +3,13 @@
 import asyncio
 import os
 import time
+import types
 
 import pytest
 import torch
 from monarch.actor import this_proc
 
-from koans.testing import STARTUP_TIMEOUT, TIMEOUT
+from koans.testing import NEVER, STARTUP_TIMEOUT, TIMEOUT, StandIn
 
 TRANSPORTS = ["shm", "rdma"]
 
@@ -124,11 +125,12 @@ def test_claim_never_answers_a_slot_a_reader_holds(store_here):
 def test_a_lease_older_than_the_timeout_is_dropped_at_the_next_claim(store_here):
     store = store_here(slots=2, lease_timeout_s=0.0)  # every lease is already too old at the next claim
     ask(store.commit, ask(store.claim), 1, time.time())
-    held = ask(store.acquire, 0)
-    slot = ask(store.claim)
-    assert slot == 1 - held.slot, "the free slot is handed out"
+    slot = ask(store.claim)  # the trainer starts writing v2 into the other slot...
+    held = ask(store.acquire, 0)  # ...while a reader takes a lease on v1
+    assert slot == 1 - held.slot
     ask(store.commit, slot, 2, time.time())
-    assert ask(store.claim) == held.slot, "the reader's lease expired: its slot may be written again"
+    assert ask(store.claim) == held.slot, (
+        "v2 is latest, and v1's slot has only an expired lease: this very claim drops it, and then the slot is free")
     stats = ask(store.stats)
     assert (stats["expired_leases"], stats["readers"]) == (1, 0)
     assert ask(store.release, held.lease) is False, "the reader learns, when it gives the lease back, that it had lost it"
@@ -173,6 +175,72 @@ def test_publish_skips_instead_of_waiting_when_every_slot_is_busy(chapter, plumb
         aio.run(scenario())
     finally:
         aio.run(publisher.close())
+
+
+def gives_up_in_time(coroutine, limit_s=10.0) -> str:
+    """Run `coroutine`: "gave up" if it raised TimeoutError itself, "answered" if it returned, and
+    "still waiting" if it was still waiting after `limit_s`."""
+
+    async def attempt() -> str:
+        try:
+            await coroutine
+        except TimeoutError:
+            return "gave up"
+        return "answered"
+
+    async def bounded() -> str:
+        try:
+            return await asyncio.wait_for(attempt(), limit_s)
+        except TimeoutError:
+            return "still waiting"
+
+    return asyncio.run(bounded())
+
+
+@pytest.mark.todo("WeightPublisher.publish")
+def test_publish_waits_for_the_store_at_most_its_timeout(chapter):
+    store = StandIn(register=lambda layout, offers: None, claim=NEVER)  # a store that never answers a claim
+    publisher = chapter.WeightPublisher({"w": torch.zeros(8)}, store, timeout=0.5)
+    try:
+        outcome = gives_up_in_time(publisher.publish({"w": torch.zeros(8)}, version=1))
+    finally:
+        publisher.staging.close()
+    assert outcome == "gave up", f"publish on a store that never answers: {outcome}. Wait at most self.timeout"
+
+
+@pytest.mark.todo("WeightPublisher.publish")
+def test_publish_returns_while_the_copy_still_runs(chapter, plumbing, procs, monkeypatch, aio):
+    """The copy into the slot is held at a gate: publish must answer anyway (the copy goes on in the
+    background), and the version is committed only when the copy is done."""
+    import importlib
+    import threading
+
+    transports = importlib.import_module(f"{chapter.__package__}.ch07_transports")
+    gate, real_stage = threading.Event(), transports.stage
+
+    def gated_stage(*args, **kwargs):
+        gate.wait(STARTUP_TIMEOUT)
+        return real_stage(*args, **kwargs)
+
+    monkeypatch.setattr(transports, "stage", gated_stage)
+    store = procs.slice(procs=0).spawn("store_gated", chapter.WeightStore)
+    weights = {"w": torch.ones(8)}
+    publisher = chapter.WeightPublisher(weights, store)
+
+    async def scenario():
+        answered = await asyncio.wait_for(publisher.publish(weights, version=1), 10)
+        committed_meanwhile = (await asyncio.wait_for(store.stats.call_one(), TIMEOUT))["latest_version"]
+        gate.set()
+        await plumbing.wait_for_version(store, 1, timeout=TIMEOUT)
+        return answered, committed_meanwhile
+
+    try:
+        answered, committed_meanwhile = aio.run(scenario())
+    finally:
+        gate.set()
+        aio.run(publisher.close())
+    assert answered == 1, "publish answered the version at once, while the copy was still held"
+    assert committed_meanwhile == 0, "the store learns of v1 only when its copy is done (staging commits it)"
 
 
 @pytest.mark.todo("WeightPublisher.publish")
@@ -300,6 +368,31 @@ def test_syncs_racing_training_are_never_torn_and_versions_only_increase(weight_
         for version, fingerprint in loads:
             assert fingerprint == published[version], f"generator {index} loaded a torn v{version}"
     assert sum(len(loads) for loads in seen.values()) >= 2, "the generators should have loaded something"
+
+
+@pytest.mark.todo("SnapshotReader.pull_and_load")
+def test_pull_waits_for_the_store_at_most_its_timeout(chapter):
+    reader = chapter.SnapshotReader(StandIn(acquire=NEVER), {"w": torch.zeros(8)}, timeout=0.5)
+    outcome = gives_up_in_time(reader.pull_and_load())
+    assert outcome == "gave up", f"pull_and_load on a store that never answers: {outcome}. Wait at most self.timeout"
+
+
+@pytest.mark.todo("SnapshotReader.pull_and_load")
+def test_a_reader_that_keeps_losing_its_lease_gives_up_after_its_attempts(chapter):
+    snapshot = types.SimpleNamespace(version=3, lease=7)
+    store = StandIn(acquire=lambda newer_than: snapshot, release=lambda lease: False)  # every lease was lost
+    reader = chapter.SnapshotReader(store, {"w": torch.zeros(8)}, attempts=3)
+    loads = []
+
+    async def load(snap, halfway=None):  # the copy itself is not what this test is about
+        loads.append(snap.version)
+
+    reader.load = load
+    with pytest.raises(RuntimeError):
+        asyncio.run(asyncio.wait_for(reader.pull_and_load(), 10))
+    assert (loads, reader.lost_leases, reader.version) == ([3, 3, 3], 3, 0), (
+        "three loads, each lost its lease: count each, keep none of them (our version stays 0), then raise")
+    assert len(store.release.calls) == 3, "every lease is given back"
 
 
 @pytest.mark.todo("SnapshotReader.pull_and_load")

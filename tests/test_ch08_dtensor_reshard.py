@@ -1,10 +1,12 @@
 """Chapter 08: resharding by overlap. Run: pytest tests/test_ch08_dtensor_reshard.py"""
 
+import asyncio
 import random
 
 import pytest
 import torch
 from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor._utils import _compute_local_shape_and_global_offset as torch_local_box
 
 CASES = 240  # generated layouts per property, from a fixed seed
 
@@ -66,6 +68,10 @@ def test_boxes_match_torch_on_generated_layouts(chapter):
         full = torch.arange(volume(tuple((0, s) for s in shape))).reshape(shape)
         for _, coord in chapter.ranks(mesh):
             box = chapter.shard_box(shape, mesh, placements, coord)
+            lengths, offsets = torch_local_box(shape, mesh, list(coord), placements)
+            assert box == tuple(zip(offsets, lengths)), (
+                f"{shape} on mesh {mesh} {placements} at {coord}: {box}, but DTensor's own is "
+                f"{tuple(zip(offsets, lengths))} (an empty share starts at the end of what was split)")
             expected = chunk_reference(full, mesh, placements, coord)
             assert tuple(length for _, length in box) == tuple(expected.shape), (shape, mesh, placements, coord, box)
             if expected.numel():
@@ -200,6 +206,40 @@ def test_pull_puts_each_piece_in_its_place_even_a_strided_one(chapter, plumbing)
     read = holder.pull.call_one(pieces, handles).get(timeout=60)
     assert read == 30 * 4, "pull answers the bytes it read"
     assert torch.equal(holder.local_shard.call_one().get(timeout=60), source), "each piece lands in its own columns"
+
+
+class CountingBuffer:
+    """Stands in for an RDMABuffer, in this process: counts the reads in flight at once."""
+
+    in_flight = most_at_once = 0
+
+    def __init__(self, data: torch.Tensor):
+        self.data = data
+
+    def read_into(self, destination, *, timeout=60):
+        async def read():
+            CountingBuffer.in_flight += 1
+            CountingBuffer.most_at_once = max(CountingBuffer.most_at_once, CountingBuffer.in_flight)
+            await asyncio.sleep(0.01)  # a read takes a while: others may start meanwhile
+            destination.copy_(self.data)
+            CountingBuffer.in_flight -= 1
+
+        return read()
+
+
+@pytest.mark.todo("ShardHolder.pull")
+def test_pull_starts_every_read_before_waiting_for_any(chapter):
+    source = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    pieces = [chapter.Piece(0, (slice(r, r + 1), slice(0, 4)), (slice(r, r + 1), slice(0, 4))) for r in range(3)]
+    handles = [chapter.TensorHandle(CountingBuffer(source[r].clone()), torch.float32, 4) for r in range(3)]
+    holder = chapter.ShardHolder.__new__(chapter.ShardHolder)  # the endpoint's code alone, in this process
+    holder.local = torch.full((3, 4), float("nan"))
+    CountingBuffer.in_flight = CountingBuffer.most_at_once = 0
+    read = asyncio.run(chapter.ShardHolder.__dict__["pull"]._method(holder, pieces, handles))
+    assert torch.equal(holder.local, source) and read == 12 * 4
+    assert CountingBuffer.most_at_once == 3, (
+        f"at most {CountingBuffer.most_at_once} of the 3 reads were in flight at once: start every read, then "
+        "wait for them all (asyncio.gather), so the pieces arrive in parallel, not one after another")
 
 
 @pytest.mark.todo("ShardHolder.pull")

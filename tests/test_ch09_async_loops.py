@@ -6,7 +6,7 @@ import time
 import pytest
 import torch
 
-from koans.testing import STARTUP_TIMEOUT, TIMEOUT, checking
+from koans.testing import STARTUP_TIMEOUT, TIMEOUT, StandIn, checking
 
 SEEDS = [0, 1, 2]
 
@@ -122,60 +122,62 @@ def test_a_waiting_sample_does_not_block_puts(chapter, buffer):
 
 
 @pytest.mark.todo("ReplayBuffer.sample")
-def test_sample_gives_none_when_nothing_comes(buffer):
-    assert buffer.sample.call_one(1, 0, 0.3).get(timeout=STARTUP_TIMEOUT) is None
+def test_sample_gives_none_when_nothing_comes_within_the_callers_timeout(buffer):
+    answer = buffer.sample.call_one(1, 0, 0.3).get(timeout=10)  # 10 s: far longer than 0.3 s, far shorter than a default
+    assert answer is None, "nothing came within the caller's timeout: sample answers None"
+
+
+@pytest.mark.todo("ReplayBuffer.sample")
+def test_groups_that_turn_stale_while_sample_waits_are_dropped(chapter, plumbing, procs, test_tag):
+    """Waiting for two groups with one in the buffer; meanwhile the learner moves on two versions, so the one
+    it holds turns stale. A group arriving then wakes sample: it must not hand out the stale one."""
+    buffer = procs.slice(procs=0).spawn("probe_" + test_tag, plumbing.ArrivalProbe, 1)  # the chapter's buffer
+    buffer.put.call_one(group(chapter, "old", 0)).get(timeout=STARTUP_TIMEOUT)
+    waiting = buffer.sample.call_one(2, 0, TIMEOUT)
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while buffer.sleepers.call_one().get(timeout=TIMEOUT) == 0:  # until sample is asleep, waiting for a group
+        assert time.monotonic() < deadline, "sample never waited for a second group"
+        time.sleep(0.01)
+    buffer.advance.call_one(2).get(timeout=TIMEOUT)  # the learner is at 2 now; max lag 1: "old" is too stale
+    for name in ("new1", "new2"):
+        assert buffer.put.call_one(group(chapter, name, 2)).get(timeout=TIMEOUT) is True
+    batch = waiting.get(timeout=2 * TIMEOUT)
+    assert batch is not None and ids(batch) == ["new1", "new2"], (
+        f"sample handed out {ids(batch) if batch else batch}: drop what went stale on every wake, not only once "
+        "before waiting")
+    assert buffer.close.call_one().get(timeout=TIMEOUT).dropped_stale == ["old"]
+
+
+@pytest.mark.todo("ReplayBuffer.sample")
+def test_the_learner_version_never_goes_down(chapter, buffer):
+    buffer.advance.call_one(5).get(timeout=STARTUP_TIMEOUT)
+    buffer.put.call_one(group(chapter, "v4", 4)).get(timeout=TIMEOUT)
+    assert ids(buffer.sample.call_one(1, 3).get(timeout=TIMEOUT)) == ["v4"]  # a late caller, with an old version
+    with checking("ReplayBuffer.sample"):
+        assert buffer.put.call_one(group(chapter, "v3", 3)).get(timeout=TIMEOUT) is False, (
+            "the learner is at 5, so a group of version 3 is too stale; a sample asking with version 3 must not "
+            "take the buffer's version back down (keep the larger)")
 
 
 # --- TODO 3: continuous_training, against stand-ins: precise, and quick ---------------------------
 
 
-class Reply:
-    """Stands in for a Monarch Future: awaitable, and `.get()`-able, like the real one."""
-
-    def __init__(self, fn, args):
-        self.fn, self.args = fn, args
-
-    def __await__(self):
-        yield from asyncio.sleep(0).__await__()
-        return self.fn(*self.args)
-
-    def get(self, timeout=None):
-        return self.fn(*self.args)
-
-
-class Endpoint:
-    """Stands in for an actor's endpoint: `call_one(*args)` answers a Reply of fn(*args)."""
-
-    def __init__(self, fn):
-        self.fn, self.calls = fn, []
-
-    def call_one(self, *args):
-        self.calls.append(args)
-        return Reply(self.fn, args)
-
-
-class Stub:
-    def __init__(self, **endpoints):
-        for name, fn in endpoints.items():
-            setattr(self, name, Endpoint(fn))
-
-
 @pytest.mark.todo("continuous_training")
 def test_the_training_loop_asks_for_the_current_version_and_retries_when_nothing_came(chapter):
     answers = iter([None, ["a"], ["b"], None, None, ["c"], ["d"]])
-    buffer = Stub(sample=lambda count, learner_version, timeout=None: next(answers))
+    buffer = StandIn(sample=lambda count, learner_version, timeout=None: next(answers))
     trained = []
 
-    def train(batch):
+    def train(batch):  # a learner resumed at version 100: its versions are its own, not a count of steps
         trained.append(batch)
-        return {"version": len(trained), "ids": batch}
+        return {"version": 100 + len(trained), "ids": batch}
 
-    learner, stop, seen = Stub(train=train), asyncio.Event(), []
+    learner, stop, seen = StandIn(train=train), asyncio.Event(), []
     results = asyncio.run(chapter.continuous_training(learner, buffer, 3, 4, stop, on_step=seen.append))
-    assert [r["version"] for r in results] == [1, 2, 3], "exactly `steps` steps; a None sample is not a step"
+    assert [r["version"] for r in results] == [101, 102, 103], "exactly `steps` steps; a None sample is not a step"
     assert trained == [["a"], ["b"], ["c"]]
-    assert [args for args in buffer.sample.calls] == [(4, 0), (4, 0), (4, 1), (4, 2), (4, 2), (4, 2)], (
-        "each sample asks for batch_groups groups against the version the last train answered"
+    assert [args for args in buffer.sample.calls] == [(4, 0), (4, 0), (4, 101), (4, 102), (4, 102), (4, 102)], (
+        "each sample asks for batch_groups groups against the version the last train answered (0 at first)"
     )
     assert seen == results, "on_step sees every step's result, in order"
     with checking("continuous_training", hint=4):
@@ -187,7 +189,7 @@ def test_the_training_loop_sets_stop_even_when_training_fails(chapter):
     def train(batch):
         raise RuntimeError("the learner crashed")
 
-    buffer, learner, stop = Stub(sample=lambda count, learner_version, timeout=None: ["a"]), Stub(train=train), asyncio.Event()
+    buffer, learner, stop = StandIn(sample=lambda count, learner_version, timeout=None: ["a"]), StandIn(train=train), asyncio.Event()
     with pytest.raises(RuntimeError, match="crashed"):
         asyncio.run(chapter.continuous_training(learner, buffer, 3, 4, stop))
     with checking("continuous_training", hint=4):
