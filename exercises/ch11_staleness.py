@@ -51,8 +51,8 @@ from .ch10_qwen_grpo import masked_mean
 def truncated_importance_weights(proximal_logps: torch.Tensor, behaviour_logps: torch.Tensor, mask: torch.Tensor,
                                  cap: float | None = 2.0) -> torch.Tensor:
     """[N, T] per-token weights min(p_proximal / p_behaviour, cap); exactly 0 where mask is 0."""
-    # The weights carry no gradient (both inputs are log-probabilities computed without one). cap=None
-    # means no cap.
+    # The weights are a constant of the loss: no gradient flows through them, even when an input
+    # carries one. cap=None means no cap.
     raise NotImplementedError("TODO(ch11): each token's importance weight, proximal over behaviour, capped at `cap`; 0 on padding")
 
 

@@ -57,4 +57,11 @@ MUTANTS = [
     Mutant("response_token_logprobs", "forgets the mask", ALIGN.replace("return logps * mask", "return logps")),
     Mutant("response_token_logprobs", "raw logits instead of log-probabilities",
            ALIGN.replace("torch.log_softmax(predictions, dim=-1)", "predictions")),
+    Mutant("grpo_loss", "the KL penalty averaged over padding too", LOSS.replace(
+        "kl = masked_mean(torch.exp(log_ratio) - log_ratio - 1, mask)", "kl = (torch.exp(log_ratio) - log_ratio - 1).mean()")),
+    Mutant("grpo_loss", "the k3 estimator the other way round (logp - ref)", LOSS.replace(
+        "log_ratio = ref_logps - logps", "log_ratio = logps - ref_logps")),
+    Mutant("response_token_logprobs", "a log-softmax in the logits' own dtype: bf16 stays bf16 (a learner's)",
+           ALIGN.replace("predictions = logits[:, prompt_length - 1 : -1].float()",
+                         "predictions = logits[:, prompt_length - 1 : -1]")),
 ]

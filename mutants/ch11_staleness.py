@@ -77,4 +77,18 @@ MUTANTS = [
             return None
         return number
     '''),
+    Mutant("truncated_importance_weights", "lets a gradient flow through the weights (no detach; a learner's)", '''
+        weights = torch.exp(proximal_logps - behaviour_logps)
+        if cap is not None:
+            weights = weights.clamp(max=cap)
+        return weights * mask
+    '''),
+    Mutant("effective_sample_size", "no guard: only zero weights give 0/0", '''
+        kept = weights[mask.bool()]
+        if kept.numel() == 0:
+            return 1.0
+        return float(kept.sum() ** 2 / (kept * kept).sum() / kept.numel())
+    '''),
+    Mutant("decoupled_ppo_loss", "the mean weight over every token, padding included",
+           LOSS.replace('"mean_weight": float(masked_mean(weights, mask))', '"mean_weight": float(weights.mean())')),
 ]

@@ -52,9 +52,9 @@ def truncated_importance_weights(proximal_logps: torch.Tensor, behaviour_logps: 
                                  cap: float | None = 2.0) -> torch.Tensor:
     """[N, T] per-token weights min(p_proximal / p_behaviour, cap); exactly 0 where mask is 0."""
     # >>> TODO(ch11): each token's importance weight, proximal over behaviour, capped at `cap`; 0 on padding
-    # The weights carry no gradient (both inputs are log-probabilities computed without one). cap=None
-    # means no cap.
-    weights = torch.exp(proximal_logps - behaviour_logps)
+    # The weights are a constant of the loss: no gradient flows through them, even when an input
+    # carries one. cap=None means no cap.
+    weights = torch.exp(proximal_logps - behaviour_logps).detach()
     if cap is not None:
         weights = weights.clamp(max=cap)
     return weights * mask

@@ -40,6 +40,9 @@ def test_weights_carry_no_gradient_and_on_policy_data_weighs_one(chapter):
     logps = torch.tensor([[-0.3, -1.2]], requires_grad=True)
     weights = chapter.truncated_importance_weights(logps.detach(), logps.detach(), torch.ones(1, 2), cap=2.0)
     assert close(weights, [[1.0, 1.0]]) and not weights.requires_grad, "fresh data: every weight is 1"
+    proximal = logps * 1.0  # a proximal policy computed with a gradient, as when it is the current one
+    weights = chapter.truncated_importance_weights(proximal, logps.detach() - 0.1, torch.ones(1, 2), cap=2.0)
+    assert not weights.requires_grad, "the weights are a constant of the loss: no gradient flows through them"
 
 
 # --- TODO 2: effective_sample_size ---------------------------------------------------------------
@@ -59,6 +62,7 @@ def test_padding_does_not_count(chapter):
     # kept: 1, 1.6487, 0.3679, 1, 2: (6.0166)^2 / 8.8536 / 5 = 0.81773
     assert chapter.effective_sample_size(weights, MASK) == pytest.approx(0.817733, abs=1e-4)
     assert chapter.effective_sample_size(torch.ones(1, 2), torch.zeros(1, 2)) == 1.0, "no tokens: nothing to weigh"
+    assert chapter.effective_sample_size(torch.zeros(1, 2), torch.ones(1, 2)) == 1.0, "only zero weights: 1.0, not 0/0"
 
 
 # --- TODO 3: decoupled_ppo_loss ---------------------------------------------------------------------
