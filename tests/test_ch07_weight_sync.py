@@ -502,3 +502,30 @@ def test_gpu_syncs_by_cuda_ipc_are_never_torn(plumbing, procs, chapter):
         assert all(t == "cuda_ipc" for t in [ask(gen.sync)["transport"]] if t)
     finally:
         ask(trainer.close)
+
+
+# --- The given packing: stage into one flat slot, load back out (no actors) -------------------------
+
+
+def test_staging_packs_every_kind_of_tensor_and_loading_unpacks_it_bit_for_bit(chapter):
+    """Given code the trainer depends on: a transposed weight, a 0-D scalar, three dtypes, two names
+    for one tensor (tied), packed into one aligned byte buffer and read back into fresh tensors."""
+    import importlib
+
+    transports = importlib.import_module(f"{chapter.__package__}.ch07_transports")
+    generator = torch.Generator().manual_seed(0)
+    embedding = torch.randn(6, 4, generator=generator)
+    weights = {"embed": embedding, "head": embedding, "proj": torch.randn(4, 3, generator=generator).t(),
+               "scale": torch.tensor(1.5), "steps": torch.arange(5), "norm": torch.randn(7).to(torch.bfloat16)}
+    layout = transports.plan_layout(weights)
+    assert layout.aliases == (("head", "embed"),), "tied names are packed once"
+    assert all(e.offset % transports.ALIGN == 0 for e in layout.entries), "every entry starts aligned"
+    spans = sorted((e.offset, e.offset + e.nbytes) for e in layout.entries)
+    assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:])), "entries never overlap"
+    flat = torch.zeros(layout.total_bytes, dtype=torch.uint8)
+    transports.stage(weights, layout, flat)
+    targets = {name: torch.zeros_like(t.contiguous()) for name, t in weights.items()}
+    targets["head"] = targets["embed"]  # tied on the reader's side too
+    asyncio.run(transports.load_snapshot(targets, layout, transports._MappedSource(flat)))
+    for name, tensor in weights.items():
+        assert targets[name].dtype == tensor.dtype and torch.equal(targets[name], tensor), name

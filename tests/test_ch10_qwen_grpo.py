@@ -1,6 +1,7 @@
 """Chapter 10: async GRPO on a Qwen2 policy. Run: pytest tests/test_ch10_qwen_grpo.py"""
 
 import asyncio
+import importlib
 import math
 import random
 
@@ -168,6 +169,50 @@ def test_log_probabilities_of_a_real_model_match_feeding_it_token_by_token(chapt
                 prefix = torch.cat([prompt_ids, responses[row, :t]])[None]
                 expected = torch.log_softmax(model(prefix).logits[0, -1].float(), dim=-1)[responses[row, t]]
                 assert close(fast[row, t], expected), f"row {row}, response token {t}: not the model's own probability"
+
+
+# --- The given task, masking and padding (what the trainer depends on) ---------------------------
+
+
+def test_the_counting_reward_by_hand(chapter):
+    task, four = chapter.CountingTask(), chapter.Prompt("Count to 4:", [1, 2, 3, 4])
+    assert [task.reward(four, text) for text in ("1 2 3 4", "1, 2, 3, 4", "123", "123456", "no digits", "4321")] == \
+        [1.0, 1.0, 3 / 4, 4 / 6, 0.0, 0.0], "only digits count, position by position, over the longer list"
+    counts = {len(task.sample(random.Random(seed)).answer) for seed in range(200)}
+    assert counts == set(range(2, 10)), "prompts cover every count from 2 to 9"
+
+
+@pytest.fixture(scope="module")
+def policy(chapter):
+    """The chapter's given policy module (ch10_policy.py): the model, the tokenizer, the task."""
+    return importlib.import_module(f"{chapter.__package__}.ch10_policy")
+
+
+def test_the_response_mask_keeps_the_policys_choices_up_to_the_first_eos(policy):
+    eos, pad = 1, 0
+    responses = torch.tensor([[5, 6, eos, pad, pad], [pad, 5, eos, 7, eos], [5, 6, 7, 8, 9]])
+    assert policy.response_mask(responses, eos).tolist() == [
+        [1, 1, 1, 0, 0],  # the EOS is a choice, and is trained; what follows is padding
+        [1, 1, 1, 0, 0],  # a pad token the policy chose before its EOS counts
+        [1, 1, 1, 1, 1],  # no EOS: every token was chosen
+    ]
+
+
+def test_left_padding_aligns_every_prompt_to_the_right(plumbing):
+    ids, attention = plumbing.pad_left([torch.tensor([7, 8, 9]), torch.tensor([5])], pad_id=0)
+    assert ids.tolist() == [[7, 8, 9], [0, 0, 5]] and attention.tolist() == [[1, 1, 1], [0, 0, 1]]
+
+
+def test_a_sampled_group_decodes_exactly_its_masked_tokens(chapter, plumbing, policy):
+    model, tokenizer = chapter.load_policy(None, seed=0)
+    prompt = chapter.CountingTask().sample(random.Random(4))
+    torch.manual_seed(1)
+    group = plumbing.sample_group(model, tokenizer, prompt, group_size=4, max_new_tokens=6)
+    assert group["prompt_ids"].tolist() == plumbing.prompt_ids(tokenizer, prompt)
+    assert group["responses"].shape == group["mask"].shape == (4, group["responses"].shape[1])
+    for row, mask, text in zip(group["responses"], group["mask"], group["texts"]):
+        assert text == tokenizer.decode(row[mask.bool()], skip_special_tokens=True)
+        assert torch.equal(mask, policy.response_mask(row[None], tokenizer.eos_token_id)[0])
 
 
 # --- Loading through from_pretrained, and one step on it ----------------------------------------
