@@ -25,7 +25,7 @@ import re
 
 # Supervision polls every second instead of every ~10 s, so tests that kill a
 # process see the failure quickly. Must be set before any process is spawned.
-os.environ.setdefault("HYPERACTOR_MESH_SUPERVISION_POLL_FREQUENCY", "1s")
+os.environ.setdefault("HYPERACTOR_MESH_SUPERVISION_POLL_FREQUENCY", "500ms")
 
 import pytest  # noqa: E402
 

@@ -183,27 +183,31 @@ def main() -> None:
     run_real(verbose=True)
 
 
-def run_real(shape=(6, 10), seed=7, verbose=False) -> bool:
+def run_real(shape=(6, 10), seed=7, verbose=False, sources: int = 2, destinations: int = 4) -> bool:
+    """A real DTensor, Shard(0) over `sources` processes (gloo), pulled by the overlap plan into Shard(1) over
+    `destinations` other processes; True if every destination shard equals torch's own redistribute."""
     from monarch.spmd import setup_torch_elastic_env
 
-    src_procs = this_host().spawn_procs(per_host={"procs": 2})
-    dst_procs = this_host().spawn_procs(per_host={"procs": 4})
+    src_procs = this_host().spawn_procs(per_host={"procs": sources})
+    dst_procs = this_host().spawn_procs(per_host={"procs": destinations})
     try:
         setup_torch_elastic_env(src_procs)
         setup_torch_elastic_env(dst_procs)
         src, dst = src_procs.spawn("src_holder", _chapter().ShardHolder), dst_procs.spawn("dst_holder", _chapter().ShardHolder)
-        src.setup.call((2,)).get(timeout=TIMEOUT)
-        dst.setup.call((4,)).get(timeout=TIMEOUT)
+        ready = [src.setup.call((sources,)), dst.setup.call((destinations,))]  # both meshes start up at once
+        for reply in ready:
+            reply.get(timeout=TIMEOUT)
         src.distribute.call(shape, seed, [("shard", 0)]).get(timeout=TIMEOUT)
-        result = reshard(shape, seed, src, (2,), [("shard", 0)], dst, (4,), [("shard", 1)])
+        result = reshard(shape, seed, src, (sources,), [("shard", 0)], dst, (destinations,), [("shard", 1)])
         ours = dst.local_shard.call().get(timeout=TIMEOUT)
         torch_says = dst.reference.call(shape, seed, [("shard", 0)], [("shard", 1)]).get(timeout=TIMEOUT)
-        same = all(torch.equal(ours.item(procs=r), torch_says.item(procs=r)) for r in range(4))
+        same = all(torch.equal(ours.item(procs=r), torch_says.item(procs=r)) for r in range(destinations))
         if verbose:
             print(f"  {shape} float32, {result['bytes_read']} bytes pulled; equal to redistribute, bit for bit: {same}")
-        for mesh in (src, dst):
-            mesh.teardown.call().get(timeout=TIMEOUT)
+        for reply in [src.teardown.call(), dst.teardown.call()]:
+            reply.get(timeout=TIMEOUT)
         return same
     finally:
-        src_procs.stop().get(timeout=TIMEOUT)
-        dst_procs.stop().get(timeout=TIMEOUT)
+        stopping = [src_procs.stop(), dst_procs.stop()]  # at once
+        for reply in stopping:
+            reply.get(timeout=TIMEOUT)

@@ -199,12 +199,16 @@ class Job:
     service: Service
     task: CountingTask = field(default_factory=CountingTask)
     hosts: JobHosts | None = None  # the Monarch job whose hosts the actors run on (--hosts), or None: this host
+    owns_trainer_procs: bool = True  # False: the caller gave them (and stops them)
 
     @classmethod
-    def start(cls, config: RunConfig, name: str = "grpo", hosts: HostsSpec | None = None) -> "Job":
+    def start(cls, config: RunConfig, name: str = "grpo", hosts: HostsSpec | None = None,
+              trainer_procs=None) -> "Job":
+        """`trainer_procs`: where the trainer, store and buffer go (default: a new process; tests pass
+        this_proc(), to spare one process that imports transformers)."""
         where = JobHosts(hosts) if hosts is not None else None  # ch10_multihost: the trainer and the generators
         try:                                                     # on hosts of their own
-            procs = where.trainer_procs() if where else this_host().spawn_procs(per_host={"procs": 1})
+            procs = trainer_procs or (where.trainer_procs() if where else this_host().spawn_procs(per_host={"procs": 1}))
             store = procs.spawn(f"{name}_store", WeightStore, config.lease_timeout_s)
             buffer = procs.spawn(f"{name}_buffer", ReplayBuffer, config.max_lag)
             trainer = procs.spawn(f"{name}_trainer", Trainer, store, config)
@@ -214,7 +218,7 @@ class Job:
             if where is not None:
                 where.kill()
             raise
-        return cls(config, procs, store, buffer, trainer, service, hosts=where)
+        return cls(config, procs, store, buffer, trainer, service, hosts=where, owns_trainer_procs=trainer_procs is None)
 
     async def warm_up(self) -> None:
         """Load the models everywhere before the clock starts (imports and init take seconds)."""
@@ -239,7 +243,8 @@ class Job:
             await ask(self.trainer.close)
         finally:
             try:
-                await asyncio.gather(self.service.close(), asyncio.wait_for(self.trainer_procs.stop(), TIMEOUT))
+                stopping = [asyncio.wait_for(self.trainer_procs.stop(), TIMEOUT)] if self.owns_trainer_procs else []
+                await asyncio.gather(self.service.close(), *stopping)
             finally:
                 if self.hosts is not None:
                     self.hosts.kill()  # the job's hosts, and anything still on them

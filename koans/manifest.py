@@ -26,7 +26,7 @@ class Chapter:
     slug: str
     title: str
     track: str  # WORKSHOP (the 3-hour path) or ELECTIVE
-    minutes: int  # a learner's estimated time: doc, reading, TODOs (docs/appendix/course.md explains)
+    minutes: int  # a learner's time by koans.course's model: the workshop's depth for workshop chapters
     builds_on: tuple[int, ...] = ()  # chapters whose exercise code this one runs
     reading: tuple[str, ...] = ()  # given modules worth reading; every other given module may be skipped
     fits_after: int | None = None  # electives: the workshop chapter after which they fit best
@@ -77,18 +77,18 @@ class Chapter:
 
 CHAPTERS: tuple[Chapter, ...] = (
     Chapter(1, "hello_actor", "Hello, actor", WORKSHOP, 15),
-    Chapter(2, "actor_mesh", "Actor meshes and adverbs", WORKSHOP, 20, stretch=("Worker.whoami",)),
+    Chapter(2, "actor_mesh", "Actor meshes and adverbs", WORKSHOP, 15, stretch=("Worker.whoami",)),
     Chapter(3, "rdma_transfer", "RDMA transfer: the magic pointer", WORKSHOP, 20),
     Chapter(4, "controllers", "Controllers: actors everyone can find", ELECTIVE, 15, fits_after=3),
-    Chapter(5, "supervision", "Supervision: noticing that a child has died", WORKSHOP, 20),
-    Chapter(6, "service", "A service that routes around failed replicas", WORKSHOP, 25, builds_on=(5,)),
+    Chapter(5, "supervision", "Supervision: noticing that a child has died", WORKSHOP, 25),
+    Chapter(6, "service", "A service that routes around failed replicas", WORKSHOP, 30, builds_on=(5,)),
     Chapter(7, "weight_sync", "Weight sync without process groups", WORKSHOP, 30, builds_on=(3,),
             stretch=("WeightStore.claim",)),
-    Chapter(8, "dtensor_reshard", "Resharding by overlap", ELECTIVE, 30, builds_on=(3,), fits_after=7),
-    Chapter(9, "async_loops", "Async RL: two loops and a buffer", WORKSHOP, 25, builds_on=(3, 7),
+    Chapter(8, "dtensor_reshard", "Resharding by overlap", ELECTIVE, 40, builds_on=(3,), fits_after=7),
+    Chapter(9, "async_loops", "Async RL: two loops and a buffer", WORKSHOP, 20, builds_on=(3, 7),
             stretch=("ReplayBuffer.sample",)),
     Chapter(10, "qwen_grpo", "Async GRPO for a Qwen2 policy", WORKSHOP, 25, builds_on=(3, 5, 6, 7, 9)),
-    Chapter(11, "staleness", "Staleness: what it costs, how to correct it", ELECTIVE, 30, builds_on=(3, 5, 6, 7, 9, 10),
+    Chapter(11, "staleness", "Staleness: what it costs, how to correct it", ELECTIVE, 40, builds_on=(3, 5, 6, 7, 9, 10),
             fits_after=10),
 )
 

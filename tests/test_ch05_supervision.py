@@ -12,17 +12,23 @@ def supervised(chapter, plumbing, aio):
     """Factory: a Supervisor on a process of its own (stopped at teardown, with its children)."""
     started = []
 
-    def start(poll="1s"):
+    def start(poll="500ms"):
         procs, supervisor = chapter.spawn_supervisor(poll=poll, name=f"supervisor_{len(started)}")
         started.append((procs, supervisor))
         return supervisor
 
     yield start
-    for procs, supervisor in started:
+
+    async def stop(procs, supervisor):
         try:
-            aio.run(plumbing.stop_supervisor(procs, supervisor, timeout=STARTUP_TIMEOUT))
+            await plumbing.stop_supervisor(procs, supervisor, timeout=STARTUP_TIMEOUT)
         except Exception:  # a broken supervisor (e.g. a stub that raised): stop its process anyway
-            procs.stop().get(timeout=STARTUP_TIMEOUT)
+            await asyncio.wait_for(procs.stop(), STARTUP_TIMEOUT)
+
+    async def stop_all():  # at once: each stop waits on its own processes
+        await asyncio.gather(*(stop(procs, supervisor) for procs, supervisor in started))
+
+    aio.run(stop_all())
 
 
 @pytest.fixture
@@ -114,34 +120,23 @@ def test_the_supervisor_tells_the_two_failures_apart(supervised):
 
 
 @pytest.mark.todo("Supervisor.__supervise__")
-def test_a_killed_child_is_detected_recorded_and_replaced(plumbing, supervised, aio):
+def test_each_killed_child_is_detected_recorded_and_replaced_once(plumbing, supervised, aio):
     supervisor = supervised()
-    first_pid = ask(supervisor.ask, 1, timeout=STARTUP_TIMEOUT)["pid"]
-    assert ask(supervisor.provoke, "crash") == "died"
-    status = aio.run(plumbing.wait_for_generation(supervisor, 2, timeout=TIMEOUT))
-    assert status["generation"] == 2
-    assert len(status["failures"]) == 1, f"one death, one record: {status['failures']}"
-    record = status["failures"][0]
-    assert record["generation"] == 1, (
-        f"the record's generation is the dead child's (1), not {record['generation']}: record it before you respawn")
-    assert record["mesh"].startswith("child_g1"), f"the record names the mesh that died, not {record['mesh']!r}"
-    assert "exited" in record["report"]
-    replacement = ask(supervisor.ask, 2, timeout=STARTUP_TIMEOUT)
-    assert replacement["x"] == 2 and replacement["pid"] != first_pid, "the replacement runs in a new process"
-
-
-@pytest.mark.todo("Supervisor.__supervise__")
-def test_every_death_gets_its_own_replacement(plumbing, supervised, aio):
-    supervisor = supervised()
-    pids = [ask(supervisor.ask, 0, timeout=STARTUP_TIMEOUT)["pid"]]
+    pids = [ask(supervisor.ask, 1, timeout=STARTUP_TIMEOUT)["pid"]]
     for generation in (2, 3):
         assert ask(supervisor.provoke, "crash") == "died"
-        aio.run(plumbing.wait_for_generation(supervisor, generation, timeout=TIMEOUT))
-        pids.append(ask(supervisor.ask, generation, timeout=STARTUP_TIMEOUT)["pid"])
-    status = ask(supervisor.status)
-    assert [f["generation"] for f in status["failures"]] == [1, 2]
-    assert status["generation"] == 3, "one new generation per death, never two"
-    assert len(set(pids)) == 3
+        status = aio.run(plumbing.wait_for_generation(supervisor, generation, timeout=TIMEOUT))
+        assert len(status["failures"]) == generation - 1, f"one death, one record: {status['failures']}"
+        record = status["failures"][-1]
+        assert record["generation"] == generation - 1, (
+            f"the record's generation is the dead child's ({generation - 1}), not {record['generation']}: "
+            "record it before you respawn")
+        assert record["mesh"].startswith(f"child_g{generation - 1}"), f"the record names the mesh that died, not {record['mesh']!r}"
+        assert "exited" in record["report"]
+        replacement = ask(supervisor.ask, generation, timeout=STARTUP_TIMEOUT)
+        assert replacement["x"] == generation and replacement["pid"] not in pids, "the replacement runs in a new process"
+        pids.append(replacement["pid"])
+    assert ask(supervisor.status)["generation"] == 3, "one new generation per death, never two"
 
 
 @pytest.mark.todo("Supervisor.__supervise__")
@@ -166,13 +161,19 @@ def test_only_its_own_meshes_are_handled(chapter):
 
 
 @pytest.mark.todo("Supervisor.__supervise__")
-@pytest.mark.parametrize("poll", ["500ms", "2s"])
-def test_a_death_is_handled_whatever_the_poll_interval(plumbing, supervised, aio, poll):
-    supervisor = supervised(poll=poll)
-    assert ask(supervisor.status, timeout=STARTUP_TIMEOUT)["poll"] == poll, "the setting reached the supervisor's process"
-    assert ask(supervisor.provoke, "crash") == "died"
-    status = aio.run(plumbing.wait_for_generation(supervisor, 2, timeout=TIMEOUT))
-    assert [(f["generation"], f["mesh"][:8]) for f in status["failures"]] == [(1, "child_g1")], (
-        "one death of generation 1, recorded once, whatever the poll interval"
-    )
-    assert ask(supervisor.ask, 5, timeout=STARTUP_TIMEOUT)["x"] == 5, "and the replacement serves"
+def test_a_death_is_handled_whatever_the_poll_interval(plumbing, supervised, aio):
+    supervisors = {poll: supervised(poll=poll) for poll in ("500ms", "2s")}
+    for poll, supervisor in supervisors.items():
+        assert ask(supervisor.status, timeout=STARTUP_TIMEOUT)["poll"] == poll, "the setting reached the supervisor's process"
+    provoked = {poll: supervisor.provoke.call_one("crash") for poll, supervisor in supervisors.items()}  # both at once
+    for poll, reply in provoked.items():
+        assert reply.get(timeout=TIMEOUT) == "died", poll
+
+    async def replaced():
+        return await asyncio.gather(*(plumbing.wait_for_generation(s, 2, timeout=TIMEOUT) for s in supervisors.values()))
+
+    for poll, status in zip(supervisors, aio.run(replaced())):
+        assert [(f["generation"], f["mesh"][:8]) for f in status["failures"]] == [(1, "child_g1")], (
+            f"poll {poll}: one death of generation 1, recorded once, whatever the poll interval")
+    for poll, supervisor in supervisors.items():
+        assert ask(supervisor.ask, 5, timeout=STARTUP_TIMEOUT)["x"] == 5, f"poll {poll}: and the replacement serves"

@@ -12,20 +12,31 @@ from monarch.actor import ActorError
 from koans.testing import STARTUP_TIMEOUT, TIMEOUT
 
 
-@pytest.fixture
-def make_service(chapter, plumbing, aio, test_tag):
-    """Factory for Services of Echo replicas; every one is closed at teardown (no process left)."""
+@pytest.fixture(scope="module")
+def services_made(module_aio):
+    """Every service a test made; closed together when the module is done (their processes stop at once)."""
     made = []
+    yield made
+
+    async def close_all():
+        await asyncio.gather(*(service.close() for service in made))
+
+    module_aio.run(close_all())
+
+
+@pytest.fixture
+def make_service(chapter, plumbing, test_tag, services_made):
+    """Factory for Services of Echo replicas; every one is closed at the end of the module (no process left)."""
+    mine = []
 
     def make(replicas=3, **options):
         options.setdefault("call_timeout", TIMEOUT)
-        service = chapter.Service(plumbing.Echo, replicas=replicas, name=f"svc{len(made)}_{test_tag}_", **options)
-        made.append(service)
+        service = chapter.Service(plumbing.Echo, replicas=replicas, name=f"svc{len(mine)}_{test_tag}_", **options)
+        mine.append(service)
+        services_made.append(service)
         return service
 
-    yield make
-    for service in made:
-        aio.run(service.close())
+    return make
 
 
 async def gather(*awaitables):
@@ -128,7 +139,7 @@ def test_requests_spread_evenly(four, module_aio):
 
 @pytest.mark.todo("Service.route")
 def test_a_replica_killed_mid_stream_costs_no_request_and_comes_back(plumbing, make_service, aio):
-    service = make_service()
+    service = make_service(replicas=2)
 
     async def scenario():
         before = set(await pids_of(service))
@@ -145,7 +156,7 @@ def test_a_replica_killed_mid_stream_costs_no_request_and_comes_back(plumbing, m
     snapshot = service.snapshot()
     assert snapshot["failed"] == 0 and snapshot["replica_failures"] == 1
     assert snapshot["retries"] >= 1, "the request that hit the dead replica was retried elsewhere"
-    assert sorted(answering) == [0, 1, 2], "after recovery all three replicas answer again"
+    assert sorted(answering) == [0, 1], "after recovery both replicas answer again"
     assert killed not in answering.values() and len(set(answering.values()) - before) == 1
 
 
@@ -228,7 +239,7 @@ def test_when_every_attempt_fails_the_error_lists_each_one(chapter, make_service
 def test_a_replica_that_does_not_answer_in_time_is_retried_elsewhere_and_never_again(chapter, make_service, aio):
     """Two replicas that hang, three attempts allowed. While the second attempt waits, the first replica is
     back in rotation (as its replacement would be): the request still goes to each replica once."""
-    service = make_service(replicas=2, call_timeout=1.0, auto_recover=False)
+    service = make_service(replicas=2, call_timeout=0.5, auto_recover=False)
 
     async def scenario():
         async def first_one_comes_back():
@@ -239,7 +250,7 @@ def test_a_replica_that_does_not_answer_in_time_is_retried_elsewhere_and_never_a
 
         comeback = asyncio.create_task(first_one_comes_back())
         try:
-            await service.route("hang", 5.0)
+            await service.route("hang", 2.0)
         finally:
             await asyncio.wait_for(comeback, TIMEOUT)
 

@@ -7,6 +7,7 @@ import random
 
 import pytest
 import torch
+from monarch.actor import this_proc
 
 from koans.testing import STARTUP_TIMEOUT, TIMEOUT
 
@@ -309,18 +310,33 @@ def small_config(chapter, model_path, **changes):
     return chapter.RunConfig(**options)
 
 
-LEASE_TIMEOUT = 2.0  # a dead generator's lease blocks a staging slot this long (ch07)
+LEASE_TIMEOUT = 1.0  # a dead generator's lease blocks a staging slot this long (ch07)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def started_job(chapter, plumbing, saved_tiny_model, module_aio):
+    """One trainer process and two generator replicas, loaded through from_pretrained: started before the
+    first test, and told to load their models at once, so that they do while the tests before `job` run."""
+    config = small_config(chapter, saved_tiny_model, lease_timeout_s=LEASE_TIMEOUT)
+    job = plumbing.Job.start(config, name="t10", trainer_procs=this_proc())  # the trainer here: one process less
+    loading = [job.trainer.flush.call_one()] + [replica.actor.sync.call_one() for replica in job.service.replicas]
+    try:
+        yield job, loading
+    finally:
+        module_aio.run(job.stop())
 
 
 @pytest.fixture(scope="module")
-def job(chapter, plumbing, saved_tiny_model, module_aio):
-    """One trainer process and two generator replicas, loaded through from_pretrained."""
-    job = plumbing.Job.start(small_config(chapter, saved_tiny_model, lease_timeout_s=LEASE_TIMEOUT), name="t10")
-    try:
-        module_aio.run(job.warm_up())
-        yield job
-    finally:
-        module_aio.run(job.stop())
+def job(started_job, module_aio):
+    job, loading = started_job
+
+    async def loaded():
+        for reply in loading:
+            await asyncio.wait_for(reply, 2 * STARTUP_TIMEOUT)
+        await job.warm_up()
+
+    module_aio.run(loaded())
+    return job
 
 
 @pytest.mark.todo("group_advantages", "grpo_loss", "response_token_logprobs")

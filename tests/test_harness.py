@@ -157,7 +157,7 @@ def test_a_wait_without_timeout_is_stopped_by_the_test_time_limit(tmp_path):
     # A learner's sum_of_squares that waits with no timeout, on workers that never answer.
     learner_copy(tmp_path, chapter, "sum_of_squares", [
         (stub_of(chapter, "sum_of_squares"), "return sum(workers.sum_my_share.call(numbers).get().values())"),
-        ("rank = current_rank().rank", "import time; time.sleep(3600); rank = current_rank().rank"),
+        ("rank, size = current_rank().rank,", "import time; time.sleep(3600); rank, size = current_rank().rank,"),
     ])
 
     run = run_chapter(chapter, "exercises", root=tmp_path, extra_args=("-k", "sum_of_squares_combines"),
