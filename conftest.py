@@ -5,15 +5,16 @@
   cannot pass options. Tests get the chapter module from the `chapter` fixture
   and never import `exercises` or `solutions` themselves.
 - Monarch hygiene: a crashing actor process must not end the session, process
-  death is detected in about a second, and no Monarch process may outlive the
+  death is detected within a second or so (at most seconds), and no Monarch process may outlive the
   session (checked at the end; a leftover fails the run).
 - Nothing hangs: every test body has a time limit (120 s, or
   @pytest.mark.time_limit(s), or $KOANS_TEST_TIME_LIMIT) on top of the
   timeouts of its own waits.
 - Failures point at the TODO behind them (see koans/harness.py).
 - For the `koans` runner: per-test results as JSON (--koans-json), live
-  progress events (--koans-progress), and a notice when no test has finished
-  for a while ($KOANS_HANG_NOTICE_S, default 10 s) saying where the session waits.
+  progress events (--koans-progress), and a notice when the running test has
+  waited, with nothing moving and no timeout, in or for a TODO for a while
+  ($KOANS_HANG_NOTICE_S, default 10 s), saying where (koans.harness.HangWatch).
 """
 
 import asyncio
@@ -35,6 +36,7 @@ from koans.results import ProgressLog, ResultLog  # noqa: E402
 
 SESSION_TAG = harness.new_session_tag()
 harness.install_fault_hook()
+harness.detect_deaths_quickly()
 
 
 def pytest_addoption(parser):

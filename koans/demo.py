@@ -7,11 +7,12 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from koans.harness import error_text, locate, todos_named_in_text
+from koans.harness import detect_deaths_quickly, error_text, locate, todos_named_in_text
 
 
 def run_demo(main: Callable[[], None]) -> None:
     """Call `main()`. A stub it runs into ends the demo with a pointer, not a traceback."""
+    detect_deaths_quickly()  # the demos kill processes on purpose (ch05, ch06 --chaos, ch10 --kill-at)
     try:
         main()
     except Exception as err:

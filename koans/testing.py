@@ -36,6 +36,15 @@ def checking(todo: str, hint: int | None = None):
         raise
 
 
+def small_grpo_config(chapter, **changes):
+    """Chapter 10's RunConfig, as small as a test of the whole trainer needs: the tiny offline policy,
+    2 generators, 6 steps of 2 groups of 4 short responses, max lag 1."""
+    options = dict(model=None, steps=6, groups_per_step=2, group_size=4, max_new_tokens=6, generators=2,
+                   max_lag=1, seed=0)
+    options.update(changes)
+    return chapter.RunConfig(**options)
+
+
 #: An endpoint of a StandIn given as NEVER never answers (a hung or dead actor, as its caller sees it).
 NEVER = "never answers"
 

@@ -72,7 +72,7 @@ def durations(spans: list[dict]) -> dict:
     samples = int(statistics.median(s["info"].get("samples", groups) for s in trains))
     return {"generate": of("generate", "generator"), "pull": of("sync", "generator") or [0.0],
             "train": of("train", "trainer"), "publish": of("sync", "trainer") or [0.0],
-            "generators": len({s["actor"] for s in spans if s["actor"].startswith("generator")}),
+            "generators": len({s["actor"].split(" (")[0] for s in spans if s["actor"].startswith("generator")}),
             "groups_per_step": groups, "samples_per_group": max(1, samples // max(groups, 1))}
 
 

@@ -18,6 +18,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from koans.report import ascii_curve, histogram
 from koans.timeline import Recorder, busy_fraction, merge, write_chrome_trace
 from koans.viz import DEFAULT_COMPARE as COMPARE
 from koans.viz import DEFAULT_TRACE as LAST_TRACE
-from monarch.actor import Actor, endpoint, this_host
+from monarch.actor import Actor, context, endpoint, this_host
 
 from .ch06_plumbing import kill_replica
 from .ch06_service import Service
@@ -42,6 +43,15 @@ from .ch10_qwen_grpo import (TIMEOUT, Rollout, RunConfig, continuous_rollouts, g
                              pick_device, response_logprobs, score)
 
 
+def replica_label(actor_name: str) -> str:
+    """'generator 0' for the first replica's actor ('grpo_generator0_g1'); 'generator 0 (g2)' for its replacement."""
+    found = re.search(r"(\d+)_g(\d+)$", actor_name)
+    if found is None:
+        return actor_name
+    index, generation = found.groups()
+    return f"generator {index}" + (f" (g{generation})" if generation != "1" else "")
+
+
 class Generator(Actor):
     """A generator replica: samples groups with its copy of the policy; pulls new weights first.
 
@@ -53,7 +63,7 @@ class Generator(Actor):
     def __init__(self, store: WeightStore, config: RunConfig):
         self.store, self.config = store, config
         self.model = self.tokenizer = self.reader = None
-        self.recorder = Recorder(f"generator{os.getpid()}")
+        self.recorder = Recorder(replica_label(str(context().actor_instance.name)))
 
     def _load(self) -> None:
         if self.model is None:
@@ -200,6 +210,7 @@ class Job:
     task: CountingTask = field(default_factory=CountingTask)
     hosts: JobHosts | None = None  # the Monarch job whose hosts the actors run on (--hosts), or None: this host
     owns_trainer_procs: bool = True  # False: the caller gave them (and stops them)
+    loading: list = field(default_factory=list)  # replies of start_loading's calls, not yet waited for
 
     @classmethod
     def start(cls, config: RunConfig, name: str = "grpo", hosts: HostsSpec | None = None,
@@ -220,8 +231,16 @@ class Job:
             raise
         return cls(config, procs, store, buffer, trainer, service, hosts=where, owns_trainer_procs=trainer_procs is None)
 
+    def start_loading(self) -> None:
+        """Have the generators load their models now, without waiting: they do it while the caller goes on.
+        (The trainer loads in warm_up: it may share this process, whose imports must not run twice at once.)"""
+        self.loading = [r.actor.sync.call_one() for r in self.service.replicas]
+
     async def warm_up(self) -> None:
         """Load the models everywhere before the clock starts (imports and init take seconds)."""
+        loading, self.loading = self.loading, []
+        for reply in loading:
+            await asyncio.wait_for(reply, 4 * TIMEOUT)
         await ask(self.trainer.flush, timeout=4 * TIMEOUT)
         await self.service.fanout("sync")
 

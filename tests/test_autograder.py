@@ -104,7 +104,7 @@ def test_run_autograder_grades_a_partly_solved_submission(autograder_zip, tmp_pa
     ch02 = [t for t in results["tests"] if t["name"].startswith("ch02")]
     assert len(ch01) == 9 and all(t["status"] == "passed" and t["score"] == t["max_score"] for t in ch01)
     assert sum(t["score"] for t in ch01) == pytest.approx(10.0, abs=0.01), "chapter 01: full marks"
-    assert len(ch02) == 12 and all(t["status"] == "failed" and t["score"] == 0 for t in ch02), "chapter 02: zero"
+    assert len(ch02) >= 12 and all(t["status"] == "failed" and t["score"] == 0 for t in ch02), "chapter 02: zero"
     assert all("TODO(ch02)" in t["output"] for t in ch02), "each failure says which TODO"
     assert results["score"] == pytest.approx(10.0, abs=0.01)
     assert sum(t["max_score"] for t in results["tests"]) == pytest.approx(20.0, abs=0.01)

@@ -129,7 +129,7 @@ def test_sum_of_squares_combines_the_value_mesh(chapter, workers):
 
 @pytest.mark.todo("sum_of_squares")
 def test_sum_of_squares_waits_at_most_its_timeout(chapter, plumbing, fresh_procs):
-    stuck = fresh_procs(procs=1).spawn("stuck_workers", plumbing.SlowWorker, 5.0)
+    stuck = fresh_procs(procs=1).spawn("stuck_workers", plumbing.SlowWorker, 1.5)
     with pytest.raises(TimeoutError):  # a worker that never answers in time must not hang the caller
         chapter.sum_of_squares(stuck, [1, 2, 3], timeout=0.5)
 

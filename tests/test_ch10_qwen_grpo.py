@@ -9,7 +9,7 @@ import pytest
 import torch
 from monarch.actor import this_proc
 
-from koans.testing import STARTUP_TIMEOUT, TIMEOUT
+from koans.testing import STARTUP_TIMEOUT, TIMEOUT, small_grpo_config
 
 
 def close(actual, expected, tol=1e-4):
@@ -303,40 +303,22 @@ def test_a_checkpoints_generation_config_does_not_change_what_is_sampled(chapter
 # --- The whole trainer, on real actors ----------------------------------------------------------
 
 
-def small_config(chapter, model_path, **changes):
-    options = dict(model=model_path, steps=6, groups_per_step=2, group_size=4, max_new_tokens=6, generators=2,
-                   max_lag=1, seed=0)
-    options.update(changes)
-    return chapter.RunConfig(**options)
-
-
-LEASE_TIMEOUT = 1.0  # a dead generator's lease blocks a staging slot this long (ch07)
-
-
 @pytest.fixture(scope="module", autouse=True)
-def started_job(chapter, plumbing, saved_tiny_model, module_aio):
-    """One trainer process and two generator replicas, loaded through from_pretrained: started before the
-    first test, and told to load their models at once, so that they do while the tests before `job` run."""
-    config = small_config(chapter, saved_tiny_model, lease_timeout_s=LEASE_TIMEOUT)
-    job = plumbing.Job.start(config, name="t10", trainer_procs=this_proc())  # the trainer here: one process less
-    loading = [job.trainer.flush.call_one()] + [replica.actor.sync.call_one() for replica in job.service.replicas]
+def started_job(chapter, plumbing, module_aio):
+    """A trainer (in this process: one process fewer to start) and two generator replicas, started before the
+    first test and told to load their models at once, so they do while the tests before `job` run."""
+    job = plumbing.Job.start(small_grpo_config(chapter), name="t10", trainer_procs=this_proc())
+    job.start_loading()
     try:
-        yield job, loading
+        yield job
     finally:
         module_aio.run(job.stop())
 
 
 @pytest.fixture(scope="module")
 def job(started_job, module_aio):
-    job, loading = started_job
-
-    async def loaded():
-        for reply in loading:
-            await asyncio.wait_for(reply, 2 * STARTUP_TIMEOUT)
-        await job.warm_up()
-
-    module_aio.run(loaded())
-    return job
+    module_aio.run(started_job.warm_up())
+    return started_job
 
 
 @pytest.mark.todo("group_advantages", "grpo_loss", "response_token_logprobs")
@@ -394,63 +376,13 @@ def test_generators_hold_the_trainers_weights_after_the_final_sync(short_run):
     assert list(final["generators"].values()) == [final["trainer"]] * 2, "bit-equal weights everywhere"
 
 
-@pytest.mark.todo("group_advantages", "grpo_loss", "response_token_logprobs")
-def test_a_lease_never_given_back_stalls_training_for_one_lease_timeout_at_most(plumbing, job, short_run, module_aio):
-    """A generator killed mid-pull never gives its lease back; its slot stays blocked until the lease
-    expires. The trainer must keep offering its weights until then (ch07's retry_until_free). If it only
-    tried again after its next step, it would soon be too far ahead of every generator to get a fresh
-    group, and would never step (or claim a slot, and see the lease expire) again."""
-
-    async def scenario():
-        first = await plumbing.ask(job.trainer.flush)  # the version training starts from
-        leases, tasks = [], []
-
-        async def take_a_lease_and_keep_it() -> None:  # what a reader killed mid-pull leaves behind
-            for _ in range(int(STARTUP_TIMEOUT / 0.01)):
-                snapshot = await asyncio.wait_for(job.store.acquire.call_one(first), TIMEOUT)
-                if snapshot is not None:
-                    return leases.append(snapshot.lease)
-                await asyncio.sleep(0.01)  # the trainer's new version is not committed yet
-
-        def on_step(result: dict) -> None:
-            if result["version"] == first + 1:
-                tasks.append(asyncio.get_running_loop().create_task(take_a_lease_and_keep_it()))
-
-        run = await plumbing.run_async(job, on_step=on_step, timeout=STARTUP_TIMEOUT)
-        return first, run, leases, await asyncio.wait_for(job.store.stats.call_one(), TIMEOUT)
-
-    first, run, leases, stats = module_aio.run(scenario())
-    assert len(leases) == 1, "the test holds a lease on the version after its first step"
-    assert [r["version"] for r in run["results"]] == list(range(first + 1, first + 7)), "training went on to the end"
-    assert stats["expired_leases"] >= 1, f"the abandoned lease expired and its slot was used again: {stats}"
-
-
-@pytest.mark.todo("group_advantages", "grpo_loss", "response_token_logprobs")
-@pytest.mark.time_limit(300)
-def test_training_survives_a_generator_killed_mid_run(plumbing, job, short_run, module_aio):
-    """Six more steps on the same job; generator replica 0 is SIGKILLed right after the second of them."""
-
-    async def scenario():
-        first = await plumbing.ask(job.trainer.flush)
-        on_step = plumbing.killing_at(job, first + 2)
-        run = await plumbing.run_async(job, on_step=on_step, timeout=4 * STARTUP_TIMEOUT)
-        await job.service.wait_recovered(timeout=STARTUP_TIMEOUT)
-        return first, run, await job.final_sync()
-
-    first, run, final = module_aio.run(scenario())
-    assert [r["version"] for r in run["results"]] == list(range(first + 1, first + 7)), "training went on to the end"
-    stats = job.service.snapshot()
-    assert stats["replica_failures"] >= 1 and stats["generations"][0] >= 2, f"replica 0 was not replaced: {stats}"
-    assert list(final["generators"].values()) == [final["trainer"]] * 2, "the new replica caught up too"
-
-
 @pytest.mark.gpu
 @pytest.mark.todo("group_advantages", "grpo_loss", "response_token_logprobs")
 @pytest.mark.time_limit(600)
 def test_a_qwen2_5_0_5b_shaped_policy_trains_on_one_gpu(chapter, plumbing, aio):
     """Trainer and both generators share the GPU; staging="auto" puts the slots on it, so the
     generators load by CUDA IPC."""
-    config = small_config(chapter, "random:qwen2.5-0.5b", dtype="bfloat16", steps=3, max_new_tokens=8)
+    config = small_grpo_config(chapter, model="random:qwen2.5-0.5b", dtype="bfloat16", steps=3, max_new_tokens=8)
     job = plumbing.Job.start(config, name="t10gpu")
 
     async def scenario():

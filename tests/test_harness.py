@@ -115,8 +115,11 @@ def test_an_error_text_is_traced_back_to_its_todo():
     assert harness.todos_named_in_text("AssertionError: 3 != 4") == []
 
 
-def test_monarch_fault_hook_is_replaced():
+def test_monarch_fault_hook_is_replaced_and_deaths_are_reported_within_seconds():
+    import monarch._rust_bindings.monarch_hyperactor.config as monarch_config
+
     assert monarch.actor.unhandled_fault_hook is harness.record_fault
+    assert monarch_config.get_global_config()["get_actor_state_max_idle"] == harness.ACTOR_STATE_MAX_IDLE
 
 
 def learner_copy(tmp_path, chapter, stubbed_key, edits):

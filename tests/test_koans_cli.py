@@ -19,11 +19,12 @@ import time
 
 import pytest
 
-from koans.manifest import CHAPTERS, find_chapter
+from koans.manifest import CHAPTERS, PROJECT_ROOT, find_chapter
 from koans.stubgen import make_exercise
 from koans.verify import copy_project
 
 COPIED = ("conftest.py", "pyproject.toml", "koans", "solutions", "exercises", "tests", "docs")
+CH02_MINUTES = find_chapter(2).minutes
 ENV = {"KOANS_CHAPTERS": "1,2"}
 LIMIT_S = 240  # for any one command: generous, for a loaded machine
 GREET_STUB = re.compile(r'raise NotImplementedError\("TODO\(ch01\): count this greeting[^"]*"\)')
@@ -133,6 +134,18 @@ def flat(text):
 pytestmark = pytest.mark.time_limit(600)
 
 
+def collected(test_file: str) -> int:
+    """How many tests pytest collects from tests/<test_file>."""
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                           f"tests/{test_file}"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=LIMIT_S)
+    return int(re.search(r"(\d+) tests? collected", done.stdout)[1])
+
+
+@pytest.fixture(scope="module")
+def ch02_tests() -> int:
+    return collected("test_ch02_actor_mesh.py")
+
+
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
     return make_copy(tmp_path_factory.mktemp("learner"))
@@ -148,12 +161,13 @@ def state_of(root):
     return json.loads((root / ".koans" / "state.json").read_text())
 
 
-def test_koans_walks_the_track_and_explains_the_first_failure(project, first_walk):
+def test_koans_walks_the_track_and_explains_the_first_failure(project, first_walk, ch02_tests):
     code, out = first_walk
     assert code == 1, out
     assert "Chapter 01: Hello, actor" in out and "9/9 tests pass: done." in out
     assert "Chapter 02: Actor meshes and adverbs" in out
-    assert "0/12 tests pass; stopped at the first failure (11 not run)" in out, "how many passed, and that it stopped"
+    assert f"0/{ch02_tests} tests pass; stopped at the first failure ({ch02_tests - 1} not run)" in out, (
+        "how many passed, and that it stopped")
     assert "First failure: test_call_reaches_every_actor" in out
     assert "Not written yet: TODO(ch02)" in out and "exercises/ch02_actor_mesh.py:" in out, "which TODO, and where"
     first_hint = find_chapter(2).hints_for("Worker.whoami")[0]
@@ -169,7 +183,7 @@ def test_koans_does_not_rerun_a_chapter_that_passed_and_did_not_change(project, 
     assert "First failure: test_call_reaches_every_actor" in out, "a chapter not done is run again"
 
 
-def test_list_shows_both_tracks_from_recorded_results_at_once(project, first_walk):
+def test_list_shows_both_tracks_from_recorded_results_at_once(project, first_walk, ch02_tests):
     before = (project / ".koans" / "state.json").read_text()
     started = time.monotonic()
     code, out = koans(project, "list", KOANS_CHAPTERS=None)  # every chapter, both tracks
@@ -191,11 +205,12 @@ def test_list_shows_both_tracks_from_recorded_results_at_once(project, first_wal
         assert len(cells) == 5, f"columns run together: {line!r}"
         assert cells[0] == number and cells[1] == find_chapter(number).title
     assert re.split(r"\s{2,}", rows["01"].strip())[2:] == ["15", "done", "9/9"]
-    assert re.split(r"\s{2,}", rows["02"].strip())[2:] == ["20", "pending", "0/12"]
+    assert re.split(r"\s{2,}", rows["02"].strip())[2:] == [str(CH02_MINUTES), "pending", f"0/{ch02_tests}"]
     assert re.split(r"\s{2,}", rows["04"].strip())[2:] == ["15", "not run", "-"]
 
 
-def test_list_marks_a_chapter_stale_when_its_files_change_and_refresh_reruns_only_it(project, first_walk, tmp_path):
+def test_list_marks_a_chapter_stale_when_its_files_change_and_refresh_reruns_only_it(project, first_walk, tmp_path,
+                                                                                     ch02_tests):
     shutil.copytree(project, tmp_path / "copy", ignore=shutil.ignore_patterns("__pycache__"))
     root = tmp_path / "copy"
     test_file = root / "tests" / "test_ch01_hello_actor.py"
@@ -203,7 +218,7 @@ def test_list_marks_a_chapter_stale_when_its_files_change_and_refresh_reruns_onl
     code, out = koans(root, "list")
     assert code == 0
     assert re.search(r"01\s+Hello, actor\s+15\s+done \(stale\)\s+9/9", out), out
-    assert re.search(r"02\s+Actor meshes and adverbs\s+20\s+pending\s+0/12", out), out
+    assert re.search(rf"02\s+Actor meshes and adverbs\s+{CH02_MINUTES}\s+pending\s+0/{ch02_tests}", out), out
     assert "Workshop track: 1 of 2 done (1 changed since they passed" in out, "a stale pass still counts as done"
     recorded = state_of(root)["results"]["ch02"]
     code, out = koans(root, "list", "--refresh")
@@ -233,11 +248,11 @@ def test_hint_names_a_todo_and_lists_the_others_on_a_passing_chapter(project, fi
     assert code == 2 and "no TODO 'nothing_like_it'" in out and "Greeter.greet, Greeter.whereabouts" in out
 
 
-def test_check_v_runs_every_test_and_shows_each(project, first_walk):
+def test_check_v_runs_every_test_and_shows_each(project, first_walk, ch02_tests):
     code, out = koans(project, "check", "2", "-v")
     assert code == 1, out
     shown = re.findall(r"^\s+(?:failed|passed|error)\s+(test_\w+)", out, flags=re.M)
-    assert len(shown) == 12 and "0/12 tests pass" in out and "stopped at the first failure" not in out, out
+    assert len(shown) == ch02_tests and f"0/{ch02_tests} tests pass" in out and "stopped at the first failure" not in out
 
 
 def test_python_warnings_are_shown_once(tmp_path):
