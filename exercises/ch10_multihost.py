@@ -34,6 +34,7 @@ from pathlib import Path
 
 from monarch.actor import Actor, ProcMesh, default_bootstrap_cmd, endpoint
 
+from .ch06_plumbing import replica_label
 from .ch06_service import Service
 from .ch07_transports import HOST_ENV, host_identity, pick_transport
 
@@ -294,7 +295,7 @@ async def host_report(job, spans: list) -> dict:
     picked = {s.actor for s in spans}
     replicas = []
     for r in service.replicas:
-        actor = f"generator{pids[r.index]}" if r.index in pids else None
+        actor = replica_label(f"{service.name}{r.index}_g{r.generation}", "generator") if r.index in pids else None
         replicas.append({"index": r.index, "generation": r.generation, "host": service.where(r.index),
                          "healthy": r.healthy and r.index in pids,
                          "picked": _picked([s for s in spans if s.actor == actor]) if actor in picked else []})

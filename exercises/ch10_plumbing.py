@@ -18,7 +18,6 @@ import asyncio
 import json
 import os
 import random
-import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ from koans.viz import DEFAULT_COMPARE as COMPARE
 from koans.viz import DEFAULT_TRACE as LAST_TRACE
 from monarch.actor import Actor, context, endpoint, this_host
 
-from .ch06_plumbing import kill_replica
+from .ch06_plumbing import kill_replica, replica_label
 from .ch06_service import Service
 from .ch07_plumbing import ask, wait_for_version
 from .ch07_transports import state_fingerprint
@@ -41,15 +40,6 @@ from .ch10_multihost import (HostsSpec, JobHosts, add_host_flags, describe_hosts
 from .ch10_policy import CountingTask, Prompt, pad_left, prompt_ids, sample_group  # noqa: F401 (tests use them)
 from .ch10_qwen_grpo import (TIMEOUT, Rollout, RunConfig, continuous_rollouts, group_advantages, grpo_loss,
                              pick_device, response_logprobs, score)
-
-
-def replica_label(actor_name: str) -> str:
-    """'generator 0' for the first replica's actor ('grpo_generator0_g1'); 'generator 0 (g2)' for its replacement."""
-    found = re.search(r"(\d+)_g(\d+)$", actor_name)
-    if found is None:
-        return actor_name
-    index, generation = found.groups()
-    return f"generator {index}" + (f" (g{generation})" if generation != "1" else "")
 
 
 class Generator(Actor):
@@ -63,7 +53,7 @@ class Generator(Actor):
     def __init__(self, store: WeightStore, config: RunConfig):
         self.store, self.config = store, config
         self.model = self.tokenizer = self.reader = None
-        self.recorder = Recorder(replica_label(str(context().actor_instance.name)))
+        self.recorder = Recorder(replica_label(str(context().actor_instance.name), "generator"))
 
     def _load(self) -> None:
         if self.model is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import time
 from dataclasses import dataclass
@@ -29,6 +30,46 @@ class Replica:
     healthy: bool = True
     served: int = 0
     failures: int = 0
+
+
+class _ExpectedDeaths:
+    """One fault hook for every open pool: it passes on a failure unless its mesh is one of theirs.
+    Installed when the first pool opens, and the hook before it put back when the last one closes,
+    in whatever order the pools close."""
+
+    def __init__(self):
+        self.prefixes: list[str] = []  # one per open pool (names may repeat)
+        self.previous = None
+
+    def expect(self, prefix: str) -> None:
+        if not self.prefixes:
+            self.previous = monarch.actor.unhandled_fault_hook
+            monarch.actor.unhandled_fault_hook = self.hook
+        self.prefixes.append(prefix)
+
+    def stop_expecting(self, prefix: str) -> None:
+        if prefix in self.prefixes:
+            self.prefixes.remove(prefix)
+        if not self.prefixes and monarch.actor.unhandled_fault_hook == self.hook:
+            monarch.actor.unhandled_fault_hook = self.previous
+
+    def hook(self, failure) -> None:
+        mesh = str(getattr(failure, "mesh_name", ""))
+        if not mesh.startswith(("logger", *self.prefixes)):
+            self.previous(failure)
+
+
+_expected_deaths = _ExpectedDeaths()
+
+
+def replica_label(actor_name: str, role: str) -> str:
+    """How reports name a replica by its actor's name ('<service name><index>_g<generation>', as ReplicaPool
+    makes it): 'generator 0', and 'generator 0 (g2)' for the replacement after its first death."""
+    found = re.search(r"(\d+)_g(\d+)$", actor_name)
+    if found is None:
+        return actor_name
+    index, generation = found.groups()
+    return f"{role} {index}" + (f" (g{generation})" if generation != "1" else "")
 
 
 class ReplicaPool:
@@ -57,21 +98,11 @@ class ReplicaPool:
         self.replicas = [self._start_replica(index, generation=1) for index in range(replicas)]
 
     def _install_fault_filter(self) -> None:
-        """Expect our replicas to die. The pool owns their meshes, so Monarch reports each death
-        to the job's fault hook, whose default ends the program. Deaths of our replicas (and of
-        Monarch's per-process "logger" meshes, which die with every process) are handled by the
-        service's retry and recovery; every other failure still goes to the previous hook."""
-        self._previous_hook = previous = monarch.actor.unhandled_fault_hook
-        prefix = self.name
-
-        def hook(failure) -> None:
-            mesh = str(getattr(failure, "mesh_name", ""))
-            if not (mesh.startswith(prefix) or mesh.startswith("logger")):
-                previous(failure)
-
-        self._hook = hook
-        monarch.actor.unhandled_fault_hook = hook
-
+        """Expect our replicas to die. The pool owns their meshes, so Monarch reports each death to the
+        job's fault hook, whose default ends the program. Deaths of our replicas (and of Monarch's
+        per-process "logger" meshes, which die with every process) are handled by the service's retry
+        and recovery; every other failure still goes to the hook that was there before (_expected_deaths)."""
+        _expected_deaths.expect(self.name)
     def _new_procs(self, index: int) -> ProcMesh:
         """A new process for replica `index`: here, on this host."""
         return this_host().spawn_procs(per_host={"procs": 1})
@@ -137,8 +168,7 @@ class ReplicaPool:
         if self.closed:
             return
         self.closed = True
-        if monarch.actor.unhandled_fault_hook is self._hook:
-            monarch.actor.unhandled_fault_hook = self._previous_hook
+        _expected_deaths.stop_expecting(self.name)
         loop = asyncio.get_running_loop()
         mine = [t for t in self.recovering.values() if not t.done() and t.get_loop() is loop]
         if mine:

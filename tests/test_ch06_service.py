@@ -262,3 +262,29 @@ def test_a_replica_that_does_not_answer_in_time_is_retried_elsewhere_and_never_a
         "even when it is healthy again by then")
     assert service.snapshot()["retries"] == 1, (
         "one retry: the second attempt. When no replica is left to try, there is no third try to count")
+
+
+# --- The given fault filter: a pool's replicas may die; nobody else's failures are swallowed ---------------
+
+
+def test_open_pools_filter_their_own_deaths_and_the_last_to_close_restores_the_hook(plumbing, monkeypatch):
+    import monarch.actor
+
+    seen = []
+    monkeypatch.setattr(monarch.actor, "unhandled_fault_hook", seen.append)
+    deaths = plumbing._ExpectedDeaths()
+    deaths.expect("svc_a")
+    deaths.expect("svc_b")
+
+    class Failure:
+        def __init__(self, mesh_name):
+            self.mesh_name = mesh_name
+
+    for mesh in ("svc_a0_g1", "svc_b1_g2", "logger-123", "someone_else"):
+        monarch.actor.unhandled_fault_hook(Failure(mesh))
+    assert [f.mesh_name for f in seen] == ["someone_else"], "only a failure no open pool expects is passed on"
+    deaths.stop_expecting("svc_a")  # closed first, though opened first
+    monarch.actor.unhandled_fault_hook(Failure("svc_a0_g1"))
+    assert [f.mesh_name for f in seen] == ["someone_else", "svc_a0_g1"], "a closed pool's deaths are no longer its own"
+    deaths.stop_expecting("svc_b")
+    assert monarch.actor.unhandled_fault_hook == seen.append, "the last pool to close puts the hook back"
