@@ -46,6 +46,8 @@ def pytest_addoption(parser):
     group.addoption("--koans-json", metavar="PATH", default=None, help="write per-test results as JSON (used by the koans CLI)")
     group.addoption("--koans-progress", metavar="PATH", default=None,
                     help="append progress events as JSON lines while the session runs (used by the koans CLI)")
+    group.addoption("--koans-only-todo", metavar="KEY", default=None,
+                    help="run only the tests marked with this TODO (koans verify --mutants: is the mutant caught?)")
 
 
 def pytest_configure(config):
@@ -75,6 +77,12 @@ def _marked_todos(item):
 
 
 def pytest_collection_modifyitems(config, items):
+    only = config.getoption("--koans-only-todo")
+    if only is not None:
+        unmarked = [item for item in items if only not in {todo.key for todo in _marked_todos(item)}]
+        if unmarked:
+            config.hook.pytest_deselected(items=unmarked)
+            items[:] = [item for item in items if item not in unmarked]
     cuda = None
     for item in items:
         _marked_todos(item)  # fail fast on a marker that names no TODO

@@ -30,6 +30,7 @@ class Replica:
     healthy: bool = True
     served: int = 0
     failures: int = 0
+    in_flight: int = 0  # calls made and not yet done (kept only when the actor is wrapped in InFlight)
 
 
 class _ExpectedDeaths:
@@ -180,6 +181,45 @@ class ReplicaPool:
 
     async def __aexit__(self, *exc) -> None:
         await self.close()
+
+
+class InFlight:
+    """Wraps a replica's actor: every call made through it counts in `replica.in_flight` until it is done
+    (answered, failed, or given up by its caller's timeout)."""
+
+    def __init__(self, actor, replica: Replica):
+        self._actor, self._replica = actor, replica
+
+    def __getattr__(self, name: str):
+        return _CountedEndpoint(getattr(self._actor, name), self._replica)
+
+
+class _CountedEndpoint:
+    def __init__(self, endpoint, replica: Replica):
+        self._endpoint, self._replica = endpoint, replica
+
+    def call_one(self, *args, **kwargs):
+        return _Counted(self._endpoint.call_one(*args, **kwargs), self._replica)
+
+
+class _Counted:
+    """An awaitable call that counts itself in flight from its start until it ends (or is cancelled)."""
+
+    def __init__(self, future, replica: Replica):
+        self._future, self._replica = future, replica
+        replica.in_flight += 1
+
+    def __await__(self):
+        try:
+            return (yield from self._future.__await__())
+        finally:
+            self._replica.in_flight -= 1
+
+    def get(self, timeout: float | None = None):
+        try:
+            return self._future.get(timeout=timeout)
+        finally:
+            self._replica.in_flight -= 1
 
 
 class Echo(Actor):

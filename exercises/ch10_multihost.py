@@ -378,6 +378,21 @@ def add_host_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--kubeconfig", metavar="PATH", help="KubernetesJob: a kubeconfig, to run from outside the cluster")
 
 
+def missing_scheduler(scheduler: str) -> str | None:
+    """What this machine lacks to launch on `scheduler`, as a message that says what to do; None if nothing."""
+    import importlib.util
+    import shutil
+
+    if scheduler == "slurm" and shutil.which("sbatch") is None:
+        return ("--scheduler slurm submits the job with sbatch, which is not on this machine's PATH: run the "
+                "command on a Slurm login node (docs/appendix/multihost.md), or leave --scheduler out to simulate "
+                "the hosts here")
+    if scheduler == "kubernetes" and importlib.util.find_spec("kubernetes") is None:
+        return ("--scheduler kubernetes needs the kubernetes package, which this project does not install: "
+                "pip install kubernetes (docs/appendix/multihost.md)")
+    return None
+
+
 def hosts_from_args(parser: argparse.ArgumentParser, args) -> HostsSpec | None:
     """The HostsSpec the flags ask for, or None for today's single host."""
     if not args.hosts:

@@ -262,4 +262,34 @@ HINTS: dict[str, dict[str, tuple[str, ...]]] = {
             "Too late: self.refused += 1; return None. Else: self.admitted += 1; return number.",
         ),
     },
+    "ch12": {
+        "Episode.append_turn": (
+            "Four lists, one entry per token: a policy turn brings its log-probabilities and version, a tool reply "
+            "brings neither. The mask says who wrote a token: only the policy's are trained.",
+            "policy = logprobs is not None; extend self.ids with ids, and each other list with one value per token.",
+            "self.mask += [1.0 if policy else 0.0] * len(ids); self.logprobs += logprobs if policy else "
+            "[0.0] * len(ids); self.versions += [version if policy else -1] * len(ids).",
+        ),
+        "Episode.version": (
+            "An episode is only as fresh as its oldest policy token: that is the lag chapter 09's bound must see.",
+            "Look at the versions of the tokens whose mask is 1 (the environment's are -1), and take the smallest.",
+        ),
+        "run_episode": (
+            "A loop over turns. Each turn: the policy's next tokens after everything so far (as token ids), appended "
+            "as they came; if they are a tool call, the tool's reply, appended as reply_ids gives it.",
+            "for _ in range(limits.max_turns): room = limits.max_tokens - len(episode.ids); stop ('tokens') if there "
+            "is none; turn = await policy.route('generate_turn', episode.prompt_ids + episode.ids, "
+            "min(limits.max_new, room)); episode.append_turn(turn.ids, turn.logprobs, turn.version).",
+            "kind, request = task.parse(task.decode(turn.ids)); not a 'call': episode.ended = 'answer', return it. "
+            "Else reply = await tools.route('call', prompt.table, request); episode.append_turn(task.reply_ids(reply)). "
+            "After the loop: episode.ended = 'turns'.",
+        ),
+        "LeastLoadedService.next_replica": (
+            "Walk the replicas in round-robin order from the cursor; of the healthy ones not excluded, keep the one "
+            "with the fewest in flight, the first among equals.",
+            "in_order = [self.replicas[(self.cursor + step) % count] for step in range(count)]; min(candidates, "
+            "key=lambda r: r.in_flight) returns the first of equals.",
+            "No candidate: None. Else set self.cursor = (best.index + 1) % count and return best.",
+        ),
+    },
 }

@@ -90,6 +90,8 @@ CHAPTERS: tuple[Chapter, ...] = (
     Chapter(10, "qwen_grpo", "Async GRPO for a Qwen2 policy", WORKSHOP, 25, builds_on=(3, 5, 6, 7, 9)),
     Chapter(11, "staleness", "Staleness: what it costs, how to correct it", ELECTIVE, 40, builds_on=(3, 5, 6, 7, 9, 10),
             fits_after=10),
+    Chapter(12, "multi_turn_tools", "Multi-turn episodes with tools", ELECTIVE, 40, builds_on=(3, 5, 6, 7, 9, 10),
+            fits_after=10),
 )
 
 

@@ -36,7 +36,7 @@ from .ch07_transports import state_fingerprint
 from .ch07_weight_sync import SnapshotReader, WeightPublisher, WeightStore
 from .ch09_async_loops import ReplayBuffer, continuous_training
 from .ch10_multihost import (HostsSpec, JobHosts, add_host_flags, describe_hosts, host_report, hosts_from_args,
-                             killing_host_at)
+                             killing_host_at, missing_scheduler)
 from .ch10_policy import CountingTask, Prompt, pad_left, prompt_ids, sample_group  # noqa: F401 (tests use them)
 from .ch10_qwen_grpo import (TIMEOUT, Rollout, RunConfig, continuous_rollouts, group_advantages, grpo_loss,
                              pick_device, response_logprobs, score)
@@ -130,6 +130,8 @@ class Trainer(Actor):
         return {"prompts": prompts.to(device), "prompt_attention": prompt_attention.to(device),
                 "responses": torch.cat([right(r.responses, pad) for r in rollouts]).to(device),
                 "mask": torch.cat([right(r.mask, 0.0) for r in rollouts]).to(device),
+                "attention": torch.cat([right(r.mask if r.attention is None else r.attention, 0.0)
+                                        for r in rollouts]).to(device),
                 "old_logps": torch.cat([right(r.logps, 0.0) for r in rollouts]).to(device),
                 "rewards": torch.stack([r.rewards for r in rollouts]).to(device)}
 
@@ -140,12 +142,13 @@ class Trainer(Actor):
         with self.recorder.span("train", version=self.version) as info:
             b = self._batch(rollouts)
             advantages = group_advantages(b["rewards"]).reshape(-1)
-            logps = response_logprobs(self.model, b["prompts"], b["prompt_attention"], b["responses"], b["mask"])
+            logps = response_logprobs(self.model, b["prompts"], b["prompt_attention"], b["responses"], b["mask"],
+                                      b["attention"])
             ref_logps = None
             if self.reference is not None:
                 with torch.no_grad():
                     ref_logps = response_logprobs(self.reference, b["prompts"], b["prompt_attention"],
-                                                  b["responses"], b["mask"])
+                                                  b["responses"], b["mask"], b["attention"])
             loss, stats = grpo_loss(logps, b["old_logps"], advantages, b["mask"], self.config.clip,
                                     ref_logps, self.config.kl_coef)
             await self.publisher.wait_staged()  # the last version's snapshot is copied: weights may change
@@ -204,9 +207,10 @@ class Job:
 
     @classmethod
     def start(cls, config: RunConfig, name: str = "grpo", hosts: HostsSpec | None = None,
-              trainer_procs=None) -> "Job":
+              trainer_procs=None, generator: type | None = None) -> "Job":
         """`trainer_procs`: where the trainer, store and buffer go (default: a new process; tests pass
-        this_proc(), to spare one process that imports transformers)."""
+        this_proc(), to spare one process that imports transformers). `generator`: the generators'
+        actor class (default: Generator; chapter 12's generate turns)."""
         where = JobHosts(hosts) if hosts is not None else None  # ch10_multihost: the trainer and the generators
         try:                                                     # on hosts of their own
             procs = trainer_procs or (where.trainer_procs() if where else this_host().spawn_procs(per_host={"procs": 1}))
@@ -214,7 +218,7 @@ class Job:
             buffer = procs.spawn(f"{name}_buffer", ReplayBuffer, config.max_lag)
             trainer = procs.spawn(f"{name}_trainer", Trainer, store, config)
             service = (where.generator_service if where else Service)(
-                Generator, store, config, replicas=config.generators, name=f"{name}_generator", call_timeout=TIMEOUT)
+                generator or Generator, store, config, replicas=config.generators, name=f"{name}_generator", call_timeout=TIMEOUT)
         except BaseException:
             if where is not None:
                 where.kill()
@@ -364,6 +368,8 @@ def main() -> None:
     add_host_flags(parser)
     args = parser.parse_args()
     hosts = hosts_from_args(parser, args)
+    if hosts is not None and (missing := missing_scheduler(hosts.scheduler)):
+        parser.error(missing)
     config = RunConfig(model=args.model, seed=args.seed, steps=args.steps, max_lag=args.max_lag,
                        generators=args.generators, kl_coef=args.kl_coef, dtype=args.dtype, lr=args.lr)
     modes = ["sync", "async"] if args.compare else [args.mode]

@@ -81,6 +81,7 @@ class Rollout:
     logps: torch.Tensor  # [G, T] log-probabilities under the generating policy
     texts: list[str]
     rewards: torch.Tensor | None = None  # [G], set when scored
+    attention: torch.Tensor | None = None  # [G, T] 1.0 on every real token, if not just the mask's (ch12: tool replies)
 
 
 def score(task: CountingTask, rollout: Rollout) -> Rollout:
@@ -157,16 +158,19 @@ def response_token_logprobs(logits: torch.Tensor, responses: torch.Tensor, mask:
 
 
 def response_logprobs(model, prompts: torch.Tensor, prompt_attention: torch.Tensor, responses: torch.Tensor,
-                      mask: torch.Tensor) -> torch.Tensor:
+                      mask: torch.Tensor, response_attention: torch.Tensor | None = None) -> torch.Tensor:
     """[B, T] log p(response token t | prompt, tokens < t), from one forward pass of `model`.
 
     Prompts may be left-padded: positions count only the real tokens. The
     generator (with no gradient, one group unpadded) and the trainer (a
     left-padded batch) both use this function, so the two agree up to rounding:
-    to about 1e-6 in float32, less closely in bfloat16.
+    to about 1e-6 in float32, less closely in bfloat16. The response tokens
+    attended to are those of `mask`, or of `response_attention` when some are
+    context without being the policy's (chapter 12's tool replies).
     """
     full = torch.cat([prompts, responses], dim=1)
-    attention = torch.cat([prompt_attention, mask.to(prompt_attention.dtype)], dim=1)
+    seen = mask if response_attention is None else response_attention
+    attention = torch.cat([prompt_attention, seen.to(prompt_attention.dtype)], dim=1)
     positions = (attention.cumsum(1) - 1).clamp(min=0)
     logits = model(input_ids=full, attention_mask=attention, position_ids=positions).logits
     return response_token_logprobs(logits, responses, mask)

@@ -358,6 +358,17 @@ def host_flags(multihost, *argv: str):
     return multihost.hosts_from_args(parser, parser.parse_args(list(argv)))
 
 
+def test_a_scheduler_this_machine_cannot_launch_on_is_named_with_what_to_do(multihost, monkeypatch):
+    import shutil
+
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    message = multihost.missing_scheduler("slurm")
+    assert message and "sbatch" in message and "login node" in message, message
+    monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")
+    assert multihost.missing_scheduler("slurm") is None
+    assert multihost.missing_scheduler("process") is None
+
+
 def test_the_flags_build_slurm_and_kubernetes_jobs_that_the_installed_monarch_takes(multihost, monkeypatch):
     import monarch.job
 

@@ -62,6 +62,17 @@ def test_the_page_shows_the_measured_ratio_beside_the_replay(tmp_path):
     assert viz.read_measured(tmp_path / "missing.json") is None
 
 
+def test_a_chapter_12_trace_draws_its_tool_calls_in_their_own_color(tmp_path):
+    spans = viz.read_trace(synthetic_trace(tmp_path / "trace.json"))
+    write_chrome_trace([Span(s["actor"], s["kind"], s["start"], s["end"]) for s in spans]
+                       + [Span("tool0", "tool", 0.05, 0.15, {"request": "c"})], str(tmp_path / "ch12.json"))
+    page = viz.build_page(viz.read_trace(tmp_path / "ch12.json"), "ch12.json")
+    data = json.loads(page.split("const DATA = ", 1)[1].split(";\n", 1)[0])
+    assert [s["actor"] for s in data["spans"] if s["kind"] == "tool"] == ["tool0"], "the tool lane is on the page"
+    colors = page.split("const COLORS = ", 1)[1].split(";", 1)[0]
+    assert "tool:" in colors, f"tool calls get a color and a legend entry of their own: {colors}"
+
+
 def test_the_sweep_page_draws_each_correction(tmp_path):
     cells = {f"{lag}/{c}": {"mean": 0.1 * lag + 0.01 * i, "spread": 0.02, "mean_ess": 1.0 - 0.05 * lag}
              for lag in (0, 2) for i, c in enumerate(("none", "clip", "tis", "decoupled"))}

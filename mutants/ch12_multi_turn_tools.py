@@ -1,0 +1,108 @@
+"""Chapter 12: plausible wrong answers (see mutants/README.md).
+
+The classic bugs of multi-turn RL infrastructure: the environment's tokens left in the loss, a
+transcript re-encoded from its text (so the trained tokens are not the sampled ones), a turn
+separator dropped, round robin where least-loaded was asked, the lag taken from the newest
+token, a tool called directly (no retry on another worker), an episode that never ends.
+"""
+
+from koans.mutants import Mutant
+
+APPEND = '''
+    policy = logprobs is not None
+    if policy and len(logprobs) != len(ids):
+        raise ValueError(f"{len(ids)} tokens but {len(logprobs)} log-probabilities")
+    self.ids += ids
+    self.mask += [1.0 if policy else 0.0] * len(ids)
+    self.logprobs += list(logprobs) if policy else [0.0] * len(ids)
+    self.versions += [version if policy else -1] * len(ids)
+'''
+
+LOOP = '''
+    for _ in range(limits.max_turns):
+        room = limits.max_tokens - len(episode.ids)
+        if room <= 0:
+            episode.ended = "tokens"
+            return episode
+        turn = await policy.route("generate_turn", episode.prompt_ids + episode.ids, min(limits.max_new, room))
+        episode.append_turn(turn.ids, turn.logprobs, turn.version)
+        kind, request = task.parse(task.decode(turn.ids))
+        if kind != "call":
+            episode.ended = "answer"
+            return episode
+        reply = await tools.route("call", prompt.table, request)
+        episode.append_turn(task.reply_ids(reply))
+    episode.ended = "turns"
+    return episode
+'''
+
+PICK = '''
+    count = len(self.replicas)
+    in_order = [self.replicas[(self.cursor + step) % count] for step in range(count)]
+    candidates = [r for r in in_order if r.healthy and r.index not in exclude]
+    if not candidates:
+        return None
+    best = min(candidates, key=lambda replica: replica.in_flight)
+    self.cursor = (best.index + 1) % count
+    return best
+'''
+
+MUTANTS = [
+    Mutant("Episode.append_turn", "leaves the environment's tokens in the loss (mask 1 on every token)",
+           APPEND.replace("[1.0 if policy else 0.0] * len(ids)", "[1.0] * len(ids)")),
+    Mutant("Episode.append_turn", "one mask entry per turn instead of per token", APPEND.replace(
+        "self.mask += [1.0 if policy else 0.0] * len(ids)", "self.mask.append(1.0 if policy else 0.0)")),
+    Mutant("Episode.append_turn", "gives the tool's tokens the version of the last policy turn", APPEND.replace(
+        "self.versions += [version if policy else -1] * len(ids)",
+        "self.versions += [version if policy else (self.versions[-1] if self.versions else -1)] * len(ids)")),
+    Mutant("Episode.version", "takes the lag from the newest token, not the oldest",
+           "return max(v for v, owner in zip(self.versions, self.mask) if owner)"),
+    Mutant("Episode.version", "counts the environment's tokens (version -1) too", "return min(self.versions)"),
+    Mutant("Episode.version", "the version of the first token, whoever wrote it", "return self.versions[0]"),
+    Mutant("run_episode", "keeps the transcript as text and encodes it again each turn", '''
+        transcript = ""
+        for _ in range(limits.max_turns):
+            room = limits.max_tokens - len(episode.ids)
+            if room <= 0:
+                episode.ended = "tokens"
+                return episode
+            ids = task.tokenizer(task.decode(episode.prompt_ids) + transcript, add_special_tokens=False)["input_ids"]
+            turn = await policy.route("generate_turn", ids, min(limits.max_new, room))
+            text = task.decode(turn.ids)
+            transcript += text
+            kind, request = task.parse(text)
+            if kind != "call":
+                episode.append_turn(turn.ids, turn.logprobs, turn.version)
+                episode.ended = "answer"
+                return episode
+            reply = await tools.route("call", prompt.table, request)
+            transcript += reply
+            everything = task.tokenizer(transcript, add_special_tokens=False)["input_ids"]
+            episode.ids, episode.mask, episode.logprobs, episode.versions = [], [], [], []
+            episode.append_turn(everything[:len(turn.ids)], turn.logprobs, turn.version)
+            episode.append_turn(everything[len(turn.ids):])
+        episode.ended = "turns"
+        return episode
+    '''),
+    Mutant("run_episode", "drops the turn's stop token, the separator before the tool's reply", LOOP.replace(
+        "        episode.append_turn(turn.ids, turn.logprobs, turn.version)\n        kind, request",
+        "        ids = turn.ids[:-1] if turn.ids[-1:] == [task.stop_ids[0]] else turn.ids\n"
+        "        episode.append_turn(ids, turn.logprobs[:len(ids)], turn.version)\n        kind, request")),
+    Mutant("run_episode", "calls the first tool worker directly: no retry on another worker", LOOP.replace(
+        'reply = await tools.route("call", prompt.table, request)',
+        "reply = await tools.replicas[0].actor.call.call_one(prompt.table, request)")),
+    Mutant("run_episode", "never stops on the turn limit", LOOP.replace(
+        "    for _ in range(limits.max_turns):", "    while True:")),
+    Mutant("run_episode", "asks for max_new tokens whatever room is left", LOOP.replace(
+        "min(limits.max_new, room)", "limits.max_new")),
+    Mutant("LeastLoadedService.next_replica", "round robin, where least loaded was asked",
+           "return Service.next_replica(self, exclude)"),
+    Mutant("LeastLoadedService.next_replica", "breaks ties by the lowest index, not round robin", '''
+        candidates = [r for r in self.replicas if r.healthy and r.index not in exclude]
+        if not candidates:
+            return None
+        return min(candidates, key=lambda replica: (replica.in_flight, replica.index))
+    '''),
+    Mutant("LeastLoadedService.next_replica", "forgets that an unhealthy replica is out",
+           PICK.replace("if r.healthy and r.index not in exclude", "if r.index not in exclude")),
+]
