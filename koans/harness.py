@@ -20,7 +20,7 @@ import threading
 import time
 import traceback
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import monarch.actor
@@ -692,6 +692,11 @@ def look_at_main_thread(skip_idents: set[int]) -> Look | None:
                 coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
             signature = (id(getattr(task, "_fut_waiter", None)), tuple((id(f), f.f_lasti) for f in chain))
             waits[id(task)] = Wait(signature, _project(chain[::-1]), _bounded(chain))
+        for task in tasks:  # a task gathering others waits as long as they do: bounded if each of them is
+            children = getattr(getattr(task, "_fut_waiter", None), "_children", None)
+            if children and id(task) in waits and all(
+                    child.done() or (id(child) in waits and waits[id(child)].bounded) for child in children):
+                waits[id(task)] = replace(waits[id(task)], bounded=True)
     running = {}
     for ident, frame in frames.items():
         if ident == main.ident or ident in skip_idents:

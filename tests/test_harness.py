@@ -325,6 +325,23 @@ def test_the_hang_watch_is_quiet_while_things_move_and_for_a_wait_with_a_timeout
     assert notices == [], "a wait with a timeout is not a hang"
 
 
+def test_the_hang_watch_is_quiet_for_a_task_gathering_waits_that_have_timeouts():
+    """A fan-out gathers calls that each wait with a timeout: the gathering task ends when they do."""
+    watch, notices, _ = watching("test_fanout", 5, marked=["classify"])
+
+    async def classify():  # stands in for a TODO that waits at most its timeout
+        await asyncio.wait_for(asyncio.Event().wait(), 3.0)
+
+    async def fanout():  # given code: it waits for every call at once
+        await asyncio.gather(*(classify() for _ in range(2)), return_exceptions=True)
+
+    try:
+        asyncio.run(fanout())
+    finally:
+        watch.stop()
+    assert notices == [], f"each gathered wait has a timeout, so the gathering one ends by itself: {notices}"
+
+
 def test_the_hang_watch_sees_past_an_event_loop_to_the_task_that_is_stuck():
     """One task waits for ever for a TODO while the loop itself spins: noticed, naming that TODO."""
     watch, notices, _ = watching("test_async", 9, marked=["continuous_training"])
