@@ -239,7 +239,9 @@ def test_training_reaches_its_last_step_when_a_generator_host_dies(running, plum
     assert [r["version"] for r in run["results"]] == list(range(first + 1, first + STEPS + 1)), "training went on"
     [kill] = report["kills"]
     assert kill["host"] == "generators_0" and kill["replica"] == 0
-    assert kill["reported"].startswith("SupervisionError") and "no status received from process" in kill["reported"], (
+    # Monarch 0.7.0 words it one of two ways, by which of its queries gives up first (both seen on 2 busy cores)
+    silent = ("no status received from process", "timeout waiting for message from proc mesh agent")
+    assert kill["reported"].startswith("SupervisionError") and any(s in kill["reported"] for s in silent), (
         f"what Monarch 0.7.0 answered a call into the dead host: {kill['reported']}")
     service = job.service
     assert "did not start" in service.lost.get("generators_0", ""), f"the host was found lost: {service.lost}"
