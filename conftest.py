@@ -5,8 +5,8 @@
   cannot pass options. Tests get the chapter module from the `chapter` fixture
   and never import `exercises` or `solutions` themselves.
 - Monarch hygiene: a crashing actor process must not end the session, process
-  death is detected within a second or so (at most seconds), and no Monarch process may outlive the
-  session (checked at the end; a leftover fails the run).
+  death is detected within seconds, and no Monarch process may outlive the session
+  (checked at the end; a leftover fails the run).
 - Nothing hangs: every test body has a time limit (120 s, or
   @pytest.mark.time_limit(s), or $KOANS_TEST_TIME_LIMIT) on top of the
   timeouts of its own waits.
