@@ -42,6 +42,10 @@ def _say(ok: bool, text: str) -> bool:
     return ok
 
 
+def _indented_tail(output: str, lines: int = 40) -> str:
+    return "\n".join("      | " + line for line in output.rstrip().splitlines()[-lines:])
+
+
 def check_sync() -> bool:
     stale = out_of_sync(PROJECT_ROOT / "solutions", PROJECT_ROOT / "exercises")
     return _say(not stale, "exercises/ in sync with solutions/" + (f": stale {stale}; run python -m koans.stubgen" if stale else ""))
@@ -139,6 +143,7 @@ def check_each_todo(chapter: Chapter) -> bool:
         if first is None:
             outcome = "timed out before any test failed" if run.timed_out else "fails NO TEST"
             ok &= _say(False, f"{chapter.tag} {todo.key}: stubbing only this TODO {outcome}")
+            print(_indented_tail(run.output), flush=True)
         else:
             # The first failure must be a test marked with this TODO, so that its
             # message names the right TODO and `koans` leads the learner to it.
@@ -161,6 +166,7 @@ def check_mutants(chapter: Chapter, sample: bool) -> tuple[bool, dict]:
     ok, caught, started = True, 0, time.monotonic()
     env = {"KOANS_TIMEOUT": "10", "KOANS_TEST_TIME_LIMIT": "60"}  # a mutant that hangs fails sooner
     for mutant in mutants:
+        mutant_started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix=f"koans-mutant-{chapter.tag}-") as tmp:
             write_mutated_copy(chapter, mutant, Path(tmp))
             run = run_chapter(chapter, "exercises", root=Path(tmp), first_failure_only=True, env=env,
@@ -172,7 +178,10 @@ def check_mutants(chapter: Chapter, sample: bool) -> tuple[bool, dict]:
             why = "timed out before any test failed" if run.timed_out else "NO TEST FAILS"
         else:
             why = f"fails {first['name']}" + ("" if hit else f", which is not marked with {mutant.todo!r}")
-        ok &= _say(hit, f"{chapter.tag} {mutant.todo}: {mutant.description}: {why}")
+        ok &= _say(hit, f"{chapter.tag} {mutant.todo}: {mutant.description}: {why}"
+                   f" ({time.monotonic() - mutant_started:.0f} s)")
+        if not hit:  # CI keeps only this log: show why
+            print(_indented_tail(run.output), flush=True)
     return ok, {"chapter": chapter.tag, "mutants": len(mutants), "caught": caught,
                 "seconds": time.monotonic() - started}
 

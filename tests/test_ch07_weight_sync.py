@@ -162,7 +162,11 @@ def test_publish_skips_instead_of_waiting_when_every_slot_is_busy(chapter, plumb
         assert await publisher.publish(weights, version=2) == 2, "the other slot was free"
         await plumbing.wait_for_version(store, 2, timeout=TIMEOUT)
         weights["w"].fill_(3.0)
-        assert await publisher.publish(weights, version=3) is None, (
+        try:
+            third = await asyncio.wait_for(publisher.publish(weights, version=3), TIMEOUT)
+        except TimeoutError:
+            pytest.fail("publish is still waiting for a free slot: when every slot is busy it must skip at once")
+        assert third is None, (
             "v1's slot has a reader and v2's is the latest: publish must skip, not wait and not overwrite"
         )
         assert publisher.skipped == 1 and publisher.version == 2

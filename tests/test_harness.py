@@ -173,6 +173,32 @@ def test_a_wait_without_timeout_is_stopped_by_the_test_time_limit(tmp_path):
     assert "TODO(ch02): call sum_my_share on every worker" in result["note"]
 
 
+def test_the_time_limit_ends_an_event_loop_even_when_asyncio_drops_its_first_alarm():
+    """An exception raised inside an asyncio callback is logged and dropped by the loop, which
+    goes on: a time limit that fired only once could leave a busy event loop running forever."""
+    dropped = []
+
+    def busy_callback():  # the loop spends nearly all its time in here, as under load
+        end = time.monotonic() + 0.05
+        try:
+            while time.monotonic() < end:
+                pass
+        except harness.TestTimeLimit:
+            dropped.append("alarm")
+            raise
+
+    async def never_ends():
+        loop = asyncio.get_running_loop()
+        while True:
+            loop.call_soon(busy_callback)
+            await asyncio.sleep(0.001)
+
+    with pytest.raises(harness.TestTimeLimit):  # not the TimeoutError of the 60 s backstop below
+        with harness.time_limit(0.5):
+            asyncio.run(asyncio.wait_for(never_ends(), 60))
+    assert dropped, "the first alarm was meant to land in a callback (else this test shows nothing)"
+
+
 def test_a_leaked_proc_mesh_fails_the_session_and_is_killed(tmp_path):
     copy_project_with_one_stub(find_chapter(1), "Greeter.greet", tmp_path)
     (tmp_path / "tests" / "test_leak.py").write_text(textwrap.dedent(
