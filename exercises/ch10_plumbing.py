@@ -231,11 +231,11 @@ class Job:
         self.loading = [r.actor.sync.call_one() for r in self.service.replicas]
 
     async def warm_up(self) -> None:
-        """Load the models everywhere before the clock starts (imports and init take seconds)."""
+        """Load the models everywhere before the clock starts (imports and init take seconds): the
+        trainer's load runs while the generators' (asked for by start_loading) are still going."""
         loading, self.loading = self.loading, []
-        for reply in loading:
-            await asyncio.wait_for(reply, 4 * TIMEOUT)
-        await ask(self.trainer.flush, timeout=4 * TIMEOUT)
+        await asyncio.gather(ask(self.trainer.flush, timeout=4 * TIMEOUT),
+                             *(asyncio.wait_for(reply, 4 * TIMEOUT) for reply in loading))
         await self.service.fanout("sync")
 
     async def final_sync(self) -> dict:

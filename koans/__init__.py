@@ -12,3 +12,13 @@
   timeline   per-actor spans: ASCII lanes, busy fractions, Chrome trace JSON
   bench_weight_sync   the chapter 07 benchmark (staged vs blocking weight sync)
 """
+
+import atexit
+import gc
+
+# Every process of the course imports this package, and a Monarch process that loaded torch spends a
+# quarter of a second or more of CPU at exit in Python's last garbage collections, which walk every
+# object left. Tests start and stop many processes, so at exit the heap is frozen (gc.freeze: those
+# collections skip it). Other exit handlers still run; nothing of ours needs the collections (files,
+# shared memory and process groups are closed explicitly).
+atexit.register(gc.freeze)

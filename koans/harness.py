@@ -97,8 +97,9 @@ def record_fault(failure) -> None:
 #: How long Monarch waits for an actor's state before it counts the actor as dead. A killed process is
 #: usually reported within one supervision poll, but now and then only when this query gives up: 30 s by
 #: default, long enough for every caller to pile up on the dead replica. A busy actor still answers it
-#: (the runtime does, not the actor's Python thread), so a few seconds are safe.
-ACTOR_STATE_MAX_IDLE = "5s"
+#: (the runtime does, not the actor's Python thread), so two seconds are safe, even with two test
+#: suites sharing two cores.
+ACTOR_STATE_MAX_IDLE = "2s"
 
 
 def detect_deaths_quickly() -> None:

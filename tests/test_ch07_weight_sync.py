@@ -20,8 +20,9 @@ def ask(endpoint, *args, timeout=TIMEOUT):
 
 @pytest.fixture
 def procs(shared_procs):
-    """Shared across tests; replaced by a fresh mesh if an earlier test broke it."""
-    return shared_procs(procs=3)
+    """Shared across tests; replaced by a fresh mesh if an earlier test broke it. The trainer's
+    side (store, trainer) goes on procs=0, the generators on procs=1."""
+    return shared_procs(procs=2)
 
 
 @pytest.fixture
@@ -38,7 +39,7 @@ def store_here(chapter, test_tag):
 
 @pytest.fixture
 def weight_sync(chapter, plumbing, procs, test_tag):
-    """Factory: a store and a trainer on procs=0, generators on procs=1 and 2.
+    """Factory: a store and a trainer on procs=0, generators on procs=1.
 
     Every trainer made here is closed at teardown, which removes its
     shared-memory slot files; the test checks that they are gone.
@@ -53,8 +54,7 @@ def weight_sync(chapter, plumbing, procs, test_tag):
         trainer = on_trainer.spawn(f"trainer_{tag}_{index}", plumbing.PolicyTrainer, store, recipe, trainer_dtype,
                                    "auto", rdma_chunk_bytes)
         gens = [
-            procs.slice(procs=1 + n % 2).spawn(f"gen{n}_{tag}_{index}", plumbing.PolicyGenerator, store, recipe, dtype,
-                                                transport)
+            procs.slice(procs=1).spawn(f"gen{n}_{tag}_{index}", plumbing.PolicyGenerator, store, recipe, dtype, transport)
             for n, (transport, dtype) in enumerate(generators)
         ]
         made.append(trainer)
@@ -204,7 +204,7 @@ def gives_up_in_time(coroutine, limit_s=10.0) -> str:
 @pytest.mark.todo("WeightPublisher.publish")
 def test_publish_waits_for_the_store_at_most_its_timeout(chapter):
     store = StandIn(register=lambda layout, offers: None, claim=NEVER)  # a store that never answers a claim
-    publisher = chapter.WeightPublisher({"w": torch.zeros(8)}, store, timeout=0.5)
+    publisher = chapter.WeightPublisher({"w": torch.zeros(8)}, store, timeout=0.2)
     try:
         outcome = gives_up_in_time(publisher.publish({"w": torch.zeros(8)}, version=1))
     finally:
@@ -376,7 +376,7 @@ def test_syncs_racing_training_are_never_torn_and_versions_only_increase(weight_
 
 @pytest.mark.todo("SnapshotReader.pull_and_load")
 def test_pull_waits_for_the_store_at_most_its_timeout(chapter):
-    reader = chapter.SnapshotReader(StandIn(acquire=NEVER), {"w": torch.zeros(8)}, timeout=0.5)
+    reader = chapter.SnapshotReader(StandIn(acquire=NEVER), {"w": torch.zeros(8)}, timeout=0.2)
     outcome = gives_up_in_time(reader.pull_and_load())
     assert outcome == "gave up", f"pull_and_load on a store that never answers: {outcome}. Wait at most self.timeout"
 

@@ -7,9 +7,11 @@ killed tool worker and a short run of the whole trainer, on real actors.
 
 import asyncio
 import importlib
+import threading
+import time
 
 import pytest
-from monarch.actor import this_proc
+from monarch.actor import Actor, endpoint, this_proc
 
 from koans.testing import STARTUP_TIMEOUT, TIMEOUT
 
@@ -216,30 +218,53 @@ def test_ties_go_round_robin(pool):
     assert [pool.next_replica().index for _ in range(3)] == [3, 0, 1], "the busy one is passed over; the rest take turns"
 
 
+RELEASE = threading.Event()
+
+
+class HeldTool(Actor):
+    """A tool worker in this process (so it sees the test's Event): a call for "hold" runs until
+    the test lets it go; any other call answers at once."""
+
+    @endpoint
+    async def call(self, table: int, request: str) -> str:
+        deadline = time.monotonic() + TIMEOUT
+        while request == "hold" and not RELEASE.is_set() and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        return request
+
+
 @pytest.mark.todo("LeastLoadedService.next_replica")
-def test_requests_in_flight_are_counted_while_they_run(chapter, plumbing, tools_module, aio):
-    """The given counting: a slow worker keeps its requests in flight, so the next ones go elsewhere."""
-    tools = chapter.LeastLoadedService(tools_module.ToolWorker, tools_module.ToolLatency(base=0.01, tail_every=10**9,
-                                                                                         slow_base=3.0),
-                                       replicas=2, name="ch12_counting_tools_", call_timeout=TIMEOUT, auto_recover=False)
+def test_requests_in_flight_are_counted_while_they_run(chapter, aio, test_tag):
+    """The given counting: a request held by one worker keeps it busy, so the next ones go elsewhere."""
+
+    class ToolsHere(chapter.LeastLoadedService):  # replicas in this process: none to start or stop
+        def _new_procs(self, index):
+            return this_proc()
+
+        async def _stop(self, procs):
+            pass
+
+    RELEASE.clear()
+    tools = ToolsHere(HeldTool, replicas=2, name=f"{test_tag}_", call_timeout=TIMEOUT, auto_recover=False)
 
     async def scenario():
-        await asyncio.wait_for(tools.fanout("whoami"), STARTUP_TIMEOUT)
-        await asyncio.wait_for(tools.replicas[0].actor.make_slow.call_one(True), TIMEOUT)  # 3 s a call
-        slow = asyncio.create_task(tools.route("call", 1, "a"))  # replica 0 (the cursor's)
-        while tools.replicas[0].in_flight == 0:
+        held = asyncio.create_task(tools.route("call", 1, "hold"))  # replica 0 (the cursor's)
+        while tools.replicas[0].in_flight == 0 and not held.done():
             await asyncio.sleep(0.01)
-        served = [await tools.route("call", 1, "b") for _ in range(3)]
+        served = [await tools.route("call", 1, "quick") for _ in range(3)]
         busy = [r.in_flight for r in tools.replicas]
-        await asyncio.wait_for(slow, TIMEOUT)
+        RELEASE.set()
+        await asyncio.wait_for(held, TIMEOUT)
         return served, busy, [r.in_flight for r in tools.replicas], tools.snapshot()["per_replica"]
 
     try:
-        served, busy, after, per_replica = aio.run(scenario())
+        served, busy, after, per_replica = aio.run(asyncio.wait_for(scenario(), 2 * TIMEOUT))
     finally:
+        RELEASE.set()
         aio.run(tools.close())
+    assert served == ["quick"] * 3
     assert busy == [1, 0] and after == [0, 0], "a request counts while in flight, and no longer once answered"
-    assert per_replica == {0: 1, 1: 3}, f"while the slow worker held a request, the others went to the idle one: {per_replica}"
+    assert per_replica == {0: 1, 1: 3}, f"while one worker held a request, the others went to the idle one: {per_replica}"
 
 
 # --- The whole trainer on episodes, on real actors -------------------------------------------------------
@@ -262,8 +287,10 @@ def test_a_short_run_trains_on_episodes_within_the_lag_bound(chapter, plumbing, 
     try:
         run, final = aio.run(scenario())
     finally:
-        aio.run(tools.close())
-        aio.run(job.stop())
+        async def close_both():
+            await asyncio.gather(tools.close(), job.stop())
+
+        aio.run(close_both())
     assert [r["version"] for r in run["results"]] == [1, 2, 3, 4]
     lags = [lag for r in run["results"] for lag in r["lags"]]
     assert lags and max(lags) <= config.max_lag, f"the oldest token of every group trained on is within the bound: {lags}"
