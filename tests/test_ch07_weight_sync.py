@@ -390,6 +390,8 @@ def test_a_reader_that_keeps_losing_its_lease_gives_up_after_its_attempts(chapte
 
     async def load(snap, halfway=None):  # the copy itself is not what this test is about
         loads.append(snap.version)
+        assert len(loads) <= 3, "pull_and_load loaded again after its last attempt: stop after self.attempts"
+        await asyncio.sleep(0)
 
     reader.load = load
     with pytest.raises(RuntimeError):
