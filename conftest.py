@@ -22,8 +22,8 @@ import contextlib
 import gc
 import importlib
 import os
-import sys
 import re
+import sys
 
 # Supervision polls every second instead of every ~10 s, so tests that kill a
 # process see the failure quickly. Must be set before any process is spawned.

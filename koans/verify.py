@@ -150,6 +150,8 @@ def check_each_todo(chapter: Chapter) -> bool:
             named = todo.key in first["todos"]
             ok &= _say(named, f"{chapter.tag} {todo.key}: stubbing only this TODO fails {first['name']}"
                        + ("" if named else f", which is not marked @pytest.mark.todo({todo.key!r})"))
+            if not named:
+                print(_indented_tail(run.output), flush=True)
     return ok
 
 
