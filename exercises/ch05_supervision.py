@@ -15,7 +15,7 @@ timeout)`. Chapters 06-11 wait only so.
 
 Your TODOs:
   1. classify                  wait for a call; say what became of it: ok / endpoint error / died / timeout
-  2. Supervisor.__supervise__  ignore Monarch's own meshes; record the child's death; respawn
+  2. Supervisor.__supervise__  know the child by what you spawned; record its death; respawn it
 
 Given, safe to skip: ch05_plumbing.py (the demo, and helpers the tests use).
 Check: koans check 5    Demo: python -m exercises.ch05_supervision    Read: docs/05_supervision.md
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from koans.demo import run_demo
-from monarch._rust_bindings.monarch_hyperactor.supervision import SupervisionError  # not re-exported in 0.7
+from koans.monarch_compat import SupervisionError  # Monarch does not export it publicly yet
 from monarch.actor import Actor, ActorError, MeshFailure, ProcMesh, default_bootstrap_cmd, endpoint, this_host
 
 POLL_ENV = "HYPERACTOR_MESH_SUPERVISION_POLL_FREQUENCY"
@@ -63,7 +63,8 @@ async def classify(future, timeout: float = TIMEOUT, where: str = "") -> Outcome
     for the three failures it tells apart; any other exception propagates."""
     # Kinds: "ok" (value: the reply), "endpoint_error" (the endpoint raised; the actor lives on),
     # "died" (its process is gone), "timeout" (no reply in time). For a failure, the value is the
-    # exception. Every Outcome carries `where`.
+    # exception itself, which a caller can raise again. Every Outcome carries `where`. A cancelled
+    # caller is not a timeout: the cancellation propagates.
     raise NotImplementedError("TODO(ch05): wait for the future within `timeout`; map the reply or the failure to an Outcome")
 
 
@@ -88,6 +89,11 @@ class Child(Actor):
         return "finally"
 
 
+def spawned_as(failure: MeshFailure) -> str:
+    """The name the failed mesh was spawned with: Monarch names a mesh "<that name>-<unique suffix>"."""
+    return str(failure.mesh_name).rsplit("-", 1)[0]
+
+
 class Supervisor(Actor):
     """Owns one child on a process of its own, and replaces it when that process dies."""
 
@@ -99,16 +105,21 @@ class Supervisor(Actor):
     def spawn_child(self) -> None:
         """A new child, generation g+1, on a new process (a dead process takes no new actors)."""
         self.generation += 1
+        self.child_name = f"child_g{self.generation}"  # what the child is spawned as: how to know it again
         self.child_procs: ProcMesh = this_host().spawn_procs(per_host={"procs": 1})
-        self.child = self.child_procs.spawn(f"child_g{self.generation}", Child)
+        self.child = self.child_procs.spawn(self.child_name, Child)
 
     def __supervise__(self, failure: MeshFailure) -> bool:
         """Called by Monarch when a mesh this actor owns fails. True = handled here."""
-        # failure.mesh_name says which mesh failed. "logger..." meshes are Monarch's own log forwarders,
-        # which die with every process: handled, nothing to do. "child_g..." is our child: append
-        # {"generation": self.generation, "mesh": <its name>, "report": failure.report()} to
-        # self.failures, start the next generation, handled. Any other mesh is not ours to handle.
-        raise NotImplementedError("TODO(ch05): handle the failures of the meshes this supervisor owns; pass up the rest")
+        # Monarch calls this for each mesh that fails on a process this supervisor started: the child,
+        # and meshes Monarch runs there for itself (which ones, and their names, change between Monarch
+        # versions). Know the child by what you spawned it as (self.child_name; see spawned_as), never
+        # by Monarch's names. The current child's failure: append {"generation": self.generation,
+        # "mesh": failure.mesh_name, "report": failure.report()} to self.failures, then start the next
+        # generation. Each death is recorded and replaced once, however many failures report it. Any
+        # other mesh: nothing to record or replace. Handled either way (False would fail the supervisor
+        # itself, and pass it all up).
+        raise NotImplementedError("TODO(ch05): know your child by what you spawned; record and replace each of its deaths once")
 
     @endpoint
     async def ask(self, x: int) -> dict:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import monarch.actor
 from koans.demo import demo_options
+from koans.monarch_compat import MESH_NAME_LIMIT, MONARCH_PROCESS_MESHES
 from monarch.actor import Actor, ProcMesh, endpoint, this_host
 
 
@@ -56,7 +57,8 @@ class _ExpectedDeaths:
 
     def hook(self, failure) -> None:
         mesh = str(getattr(failure, "mesh_name", ""))
-        if not mesh.startswith(("logger", *self.prefixes)):
+        ours = tuple(prefix[:MESH_NAME_LIMIT] for prefix in self.prefixes)  # Monarch cuts long names
+        if not mesh.startswith((*MONARCH_PROCESS_MESHES, *ours)):
             self.previous(failure)
 
 
@@ -100,8 +102,8 @@ class ReplicaPool:
 
     def _install_fault_filter(self) -> None:
         """Expect our replicas to die. The pool owns their meshes, so Monarch reports each death to the
-        job's fault hook, whose default ends the program. Deaths of our replicas (and of Monarch's
-        per-process "logger" meshes, which die with every process) are handled by the service's retry
+        job's fault hook, whose default ends the program. Deaths of our replicas (and of the meshes
+        Monarch keeps on every process, MONARCH_PROCESS_MESHES, which die with it) are handled by the service's retry
         and recovery; every other failure still goes to the hook that was there before (_expected_deaths)."""
         _expected_deaths.expect(self.name)
     def _new_procs(self, index: int) -> ProcMesh:

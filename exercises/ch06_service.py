@@ -103,9 +103,9 @@ class Service(ReplicaPool):
     def mark_unhealthy(self, replica: Replica, why: str) -> None:
         """Take `replica` out of rotation and (with auto_recover) start replacing it."""
         # Two requests can meet the same death: only the first report counts. A report about a
-        # replica that is no longer in self.replicas (already replaced) changes nothing. Count one
-        # failure on the replica (replica.failures) and one in self.stats.replica_failures; recover if
-        # self.auto_recover.
+        # replica that is no longer in self.replicas (already replaced) changes nothing. Count one more
+        # failure on the replica (replica.failures: every death at its index so far, carried into its
+        # replacement) and one in self.stats.replica_failures; recover if self.auto_recover.
         raise NotImplementedError("TODO(ch06): take a replica out of rotation once, count it, and start its recovery")
 
     async def route(self, endpoint_name: str, *args, session: str | None = None, **kwargs):
@@ -115,8 +115,9 @@ class Service(ReplicaPool):
         tried: set[int] = set()
         # self._pick(session, tried) chooses the replica (None: nobody left to try). Each call waits at
         # most self.call_timeout. An endpoint error goes straight back to the caller, unretried: re-raise
-        # the ActorError itself. A death or a timeout marks the replica unhealthy, is recorded as
-        # Attempt(replica index, outcome kind, outcome.summary), and the next try goes elsewhere; count
+        # the ActorError itself. A death or a timeout marks the replica called unhealthy (that one, though
+        # another may hold its index by then), is recorded as Attempt(replica index, outcome kind,
+        # outcome.summary), and the next try goes elsewhere; count
         # stats.retries for every try after the first. On success, self._served(replica, session).
         # When no try is left: count stats.failed, raise ServiceUnavailable(endpoint_name, attempts,
         # self.healthy_count()).

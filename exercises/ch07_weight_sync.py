@@ -155,7 +155,8 @@ class WeightPublisher:
             raise ValueError(f"publish(version={version}) after version {self.version}: versions only increase")
         self.staging.check_matches(state_dict)
         await self._before_next()  # the store knows our slots; the previous version is committed
-        # Ask the store (wait at most self.timeout). No slot: count it in self.skipped and answer None at
+        # Ask the store: await the answer, at most self.timeout (a blocking wait would freeze the trainer's
+        # event loop meanwhile). No slot: count it in self.skipped and answer None at
         # once; waiting for a reader here is exactly what this design avoids. A slot:
         # self.staging.start(state_dict, slot, version) is a plain call (not awaited): it returns at once
         # and commits the version when the copy is done; record it as self.version and answer it.
@@ -251,9 +252,9 @@ class SnapshotReader:
         """Load the latest version if it is newer than ours; answer it, or None if there is none."""
         # store.acquire(newer_than) answers a Snapshot with a lease, or None (nothing newer: answer None).
         # self.load(snapshot, halfway) copies it into our weights; pass `halfway` to every load, a reload
-        # too (a test's gate: it may hold any load halfway). Every call to the store waits at most
-        # self.timeout. release() answers False when the lease had expired: the slot may have changed
-        # while we read, so the load may be torn; count self.lost_leases and load again (at most
+        # too (a test's gate: it may hold any load halfway). Every call to the store (acquire, release) is
+        # awaited, at most self.timeout. release() answers False when the lease had expired: the slot may
+        # have changed while we read, so the load may be torn; count self.lost_leases and load again (at most
         # self.attempts loads in all, then raise RuntimeError). A good load: record self.version, answer it.
         raise NotImplementedError("TODO(ch07): under a lease on the newest version, load it; give the lease back whatever happens")
 

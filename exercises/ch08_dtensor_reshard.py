@@ -1,6 +1,6 @@
 """Chapter 08: resharding by overlap, from one DTensor layout to another.
 
-The trainer may hold a weight sharded by rows over 2 ranks (FSDP-like
+The trainer may hold a weight sharded by rows over 2 ranks (FSDP2-like
 `Shard(0)`), while the generator splits it over 4 ranks for tensor
 parallelism. An `nn.Linear` weight is [out, in]: a column-parallel layer
 shards it `Shard(0)` (each rank computes a slice of the output), a
@@ -117,7 +117,8 @@ def plan_transfer(shape, src_mesh, src_placements, dst_mesh, dst_placements) -> 
     src_boxes = {rank: shard_box(shape, src_mesh, src_placements, c) for rank, c in ranks(src_mesh)}
     plan = {}
     # Source ranks with the same box are replicas: take each overlap from just one of them, the one at
-    # position dst_rank % len(replicas) among them (ranks ascending), so destinations spread over replicas.
+    # position dst_rank % len(replicas) among them (ranks ascending), so destinations spread over replicas;
+    # dst_rank is the flat (row-major) destination rank, as ranks() numbers it, on a mesh of any shape.
     # A Piece's slices are local: into the source rank's shard, and into the destination rank's.
     raise NotImplementedError("TODO(ch08): for each destination rank and box, collect one Piece per distinct overlapping source box")
 

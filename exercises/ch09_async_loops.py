@@ -75,7 +75,8 @@ class ReplayBuffer(Actor):
     async def put(self, group: Group) -> bool:
         """Store `group`; False (and counted as refused) if it is too stale to ever be trained on."""
         # A refused group's id goes to self.ledger.refused_stale, and put answers False. A kept group
-        # goes to the end of self.groups, waiting samplers are woken (self.arrived), and put answers True.
+        # goes to the end of self.groups, every waiting sampler is woken (self.arrived; each may wait for
+        # something else, so not just one), and put answers True.
         raise NotImplementedError("TODO(ch09): refuse a group that is already too stale; else keep it and wake anyone waiting")
 
     @concurrent_endpoint
@@ -83,7 +84,8 @@ class ReplayBuffer(Actor):
         """The `count` oldest groups within max_lag of `learner_version`; None if they don't come in time."""
         # self.learner_version becomes learner_version (it never goes down). Groups too stale for it are
         # dropped into self.ledger.dropped_stale, also those that turn stale while you wait. Wait at most
-        # `timeout` seconds for `count` groups, woken by self.arrived (answer None if they don't come).
+        # `timeout` seconds in all for `count` groups, woken by self.arrived (answer None if they don't come):
+        # the time counts from the call, and a wake-up that leaves you short does not restart it.
         # Hand out the oldest `count`, each once, and add their ids to self.ledger.trained.
         raise NotImplementedError("TODO(ch09): drop what went stale, wait for `count` fresh groups, hand out the oldest ones once")
 
@@ -134,9 +136,9 @@ async def continuous_training(learner, buffer: ReplayBuffer, steps: int, batch_g
     `on_step(result)`, if given, sees each step's result. Returns the results of every step.
     """
     # Ask the buffer for groups against the learner's current version (0 before the first step; then
-    # the version train answered). None means nothing came in time: ask again. Each train call is
-    # awaited (at most TIMEOUT). However this ends, even by an error, `stop` must be set: the rollout
-    # loops wait for it.
+    # the version train answered). None means nothing came in time: ask again. Every call (sample,
+    # train) is awaited, at most TIMEOUT each. However this ends, even by an error or a cancellation,
+    # `stop` must be set: the rollout loops wait for it.
     raise NotImplementedError("TODO(ch09): `steps` training steps, each on `batch_groups` groups within the lag bound; then stop all")
 
 

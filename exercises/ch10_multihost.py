@@ -7,15 +7,19 @@ TODO; you may skip it. docs/appendix/multihost.md tells the story.
 
 A Monarch *job* hands out hosts, one HostMesh per role. `monarch.job.ProcessJob` makes each host a
 local worker process on a socket of its own: that is what runs here and in the tests. SlurmJob and
-KubernetesJob hand out the same HostMeshes on a cluster (--scheduler). The actors, the loops and
-the weight sync are chapter 10's; only where their processes start changes.
+KubernetesJob hand out the same HostMeshes on a cluster (--scheduler). koans/slurm_cluster.sh starts
+a real Slurm cluster whose nodes are namespaces on this machine (root only), and tests run on it too:
+
+    koans/slurm_cluster.sh run .venv/bin/python -m exercises.ch10_qwen_grpo --hosts 3 --scheduler slurm
+
+The actors, the loops and the weight sync are chapter 10's; only where their processes start changes.
 
     HostsSpec        how many hosts, which scheduler, what to do to them (from the command line)
     JobHosts         starts the job; a process on the trainer's host; a Service on the generators'
                      hosts; kill() ends the job and every process on it
     HostService      chapter 06's Service with its replicas spread over hosts; a replica whose
                      host is lost comes back on a live one
-    killing_host_at  after a step, SIGKILL a simulated host's worker process; note what Monarch says
+    killing_host_at  after a step, SIGKILL a host that runs on this machine; note what Monarch says
     host_report      where each generator ran and which transport it picked, for the summary
 """
 
@@ -42,6 +46,9 @@ ROLES = ("trainers", "generators")  # the job's host meshes (KubernetesJob wants
 TRAINER_HOST = "trainers_0"
 SCHEDULERS = ("process", "slurm", "kubernetes")
 K8S_READY_TIMEOUT_S = 1800  # KubernetesJob waits this long for its pods (pulling an image takes a while)
+# By default Slurm ends a job when one of its nodes fails, and srun ends the step that runs the workers:
+# the trainer would go with a generator's node. --no-kill (sbatch) and SLURM_NO_KILL (srun) keep the rest.
+SLURM_KEEP_GOING = ("--no-kill", "--export=ALL,SLURM_NO_KILL=set")
 
 
 @dataclass(frozen=True)
@@ -51,7 +58,7 @@ class HostsSpec:
     hosts: int
     scheduler: str = "process"
     gpus_per_host: int | None = None  # a cluster's GPUs per host; each generator on a host gets its own
-    kill_host_at: int = 0  # after this step, the host of generator replica 0 dies (simulated hosts only)
+    kill_host_at: int = 0  # after this step, the host of generator replica 0 dies (hosts on this machine only)
     lost_after_s: float | None = 10.0  # a host silent this long is lost to Monarch (None: Monarch's 60 s)
     probe_timeout_s: float = 20.0  # a host where a new process does not start in this time is lost
     slurm: dict = field(default_factory=dict)  # more keyword arguments for monarch.job.SlurmJob
@@ -64,8 +71,9 @@ class HostsSpec:
             raise ValueError(f"scheduler must be one of {SCHEDULERS}, not {self.scheduler!r}")
         if self.kill_host_at and self.hosts < 3:
             raise ValueError("killing a generator host needs another generator host to carry on: hosts >= 3")
-        if self.kill_host_at and self.scheduler != "process":
-            raise ValueError("only simulated hosts (scheduler 'process') can be killed from here")
+        if self.kill_host_at and self.scheduler == "kubernetes":
+            raise ValueError("only hosts on this machine can be killed from here: simulated ones (scheduler "
+                             "'process'), or the Slurm nodes of koans/slurm_cluster.sh (scheduler 'slurm')")
 
     @property
     def meshes(self) -> dict[str, int]:
@@ -88,7 +96,8 @@ def monarch_job(spec: HostsSpec):
         from monarch.job import SlurmJob
 
         # The workers run this interpreter: the same environment, at the same path, on every host.
-        return SlurmJob(spec.meshes, python_exe=sys.executable, gpus_per_node=spec.gpus_per_host, **spec.slurm)
+        options = {"slurm_args": SLURM_KEEP_GOING, **spec.slurm}
+        return SlurmJob(spec.meshes, python_exe=sys.executable, gpus_per_node=spec.gpus_per_host, **options)
     from monarch.job.kubernetes import ImageSpec, KubeConfig, KubernetesJob  # needs `pip install kubernetes`
 
     options = spec.kubernetes
@@ -123,6 +132,8 @@ class JobHosts:
         self.kills: list[dict] = []  # what killing_host_at did, and what Monarch answered
         self.pending: list[asyncio.Task] = []
         self._restore = None
+        if spec.scheduler != "process" and (problem := hostname_problem()):
+            raise RuntimeError(problem)
         if spec.lost_after_s is not None:
             self._restore = get_global_config()["get_proc_state_max_idle"]
             monarch.configure(get_proc_state_max_idle=f"{spec.lost_after_s:g}s")
@@ -207,7 +218,7 @@ class HostService(Service):
     async def _retire(self, old) -> None:
         if await self._host_alive(self.host_of[old.index]):
             await self._stop(old.procs)
-        elif old.procs in self._spawned:  # it went with its host; a stop would wait for an answer that never comes
+        elif old.procs in self._spawned:  # it went with its host; a stop there only returns after ~38 s (measured)
             self._spawned.remove(old.procs)
 
     async def _host_alive(self, host: int) -> bool:
@@ -217,7 +228,7 @@ class HostService(Service):
         probe = self.hosts.slice(hosts=host).spawn_procs(per_host={"procs": 1}, bootstrap_command=on_host({HOST_ENV: name}))
         try:
             await asyncio.wait_for(probe.initialized, self.probe_timeout)
-        except Exception as err:  # TimeoutError: the start neither failed nor finished
+        except Exception as err:  # TimeoutError: Monarch itself gives up only after 30 s (mesh_proc_spawn_max_idle)
             self.lost[name] = f"a new process there did not start within {self.probe_timeout:g} s " \
                               f"({type(err).__name__})"
             return False
@@ -228,14 +239,68 @@ class HostService(Service):
 # --- Losing a host (simulated) -----------------------------------------------------------------
 
 
-def worker_process(pid: int) -> int:
-    """The host worker process that started process `pid`: its parent, checked to be a worker."""
-    parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    command = Path(f"/proc/{parent}/cmdline").read_bytes()
+def worker_process(pid: int, host: str) -> int:
+    """The host worker process that started process `pid` on job host `host`: its parent, checked to be a
+    worker. On a cluster of separate machines `pid` is not a process here at all, which this checks too."""
+    try:
+        ours = f"{HOST_ENV}={host}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        command = Path(f"/proc/{parent}/cmdline").read_bytes()
+    except OSError:
+        ours = False
+    if not ours:
+        raise RuntimeError(f"process {pid} of host {host} does not run on this machine: only hosts that do can be "
+                           "killed from here (--scheduler process, or the nodes of koans/slurm_cluster.sh)")
     if b"run_worker_loop_forever" not in command and b"_process_worker" not in command:
         raise RuntimeError(f"process {pid}'s parent {parent} is no host worker; only simulated hosts "
-                           "(--scheduler process) can be killed from here")
+                           "(--scheduler process) and the nodes of koans/slurm_cluster.sh can be killed from here")
     return parent
+
+
+def host_processes(worker: int) -> list[int]:
+    """What dies with the host of `worker`. A simulated host (ProcessJob) shares this process's network:
+    its worker alone, whose processes die with it. A node of koans/slurm_cluster.sh is a network namespace
+    of its own: every process in it (its slurmd, the job's step, the worker and the processes it started,
+    the process that holds the namespace), as when a machine fails."""
+    network = os.readlink(f"/proc/{worker}/ns/net")
+    if network == os.readlink("/proc/self/ns/net"):
+        return [worker]
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and os.readlink(entry / "ns" / "net") == network:
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return sorted(found)
+
+
+def slurm_node(worker: int) -> str | None:
+    """The Slurm node a worker runs on (its SLURMD_NODENAME), or None outside Slurm."""
+    for item in Path(f"/proc/{worker}/environ").read_bytes().split(b"\0"):
+        if item.startswith(b"SLURMD_NODENAME="):
+            return item.split(b"=", 1)[1].decode()
+    return None
+
+
+def hostname_problem() -> str | None:
+    """Why Monarch's TCP transport (SlurmJob, KubernetesJob) cannot start here, or None. It binds to this
+    machine's name and panics if that resolves only to loopback or link-local addresses."""
+    import ipaddress
+    import socket
+
+    name = socket.gethostname()
+    try:
+        addresses = {info[4][0] for info in socket.getaddrinfo(name, None)}
+    except OSError as err:
+        addresses, reason = set(), f"does not resolve ({err})"
+    else:
+        reason = f"resolves only to {', '.join(sorted(addresses))}"
+    if any(not (a.is_loopback or a.is_link_local) for a in map(ipaddress.ip_address, addresses)):
+        return None
+    return (f"this machine's name {name!r} {reason}, and Monarch's TCP transport needs an address other machines "
+            "can reach: give the name such an address in /etc/hosts (or DNS); on the cluster of "
+            "koans/slurm_cluster.sh, run the command through `koans/slurm_cluster.sh run`")
 
 
 def _picked(spans: list) -> list[str]:
@@ -249,17 +314,26 @@ def first_line(err: BaseException) -> str:
 
 
 async def kill_host(job, step: int) -> dict:
-    """SIGKILL the worker process of the host generator replica 0 is on; its processes die with it, as
-    when a machine fails. Then call that replica once more, and record what Monarch answers, and when."""
+    """SIGKILL the host generator replica 0 is on (host_processes: its worker process, or a whole Slurm
+    node of koans/slurm_cluster.sh), as when a machine fails. Then call that replica once more, and record
+    what Monarch answers, and when."""
     service, hosts = job.service, job.hosts
     replica = service.replicas[0]
     record = {"step": step, "host": service.where(0), "replica": 0, "generation": replica.generation}
     hosts.kills.append(record)
     pid = await asyncio.wait_for(replica.actor.whoami.call_one(), service.call_timeout)
     record["picked"] = _picked(await asyncio.wait_for(replica.actor.timeline.call_one(), service.call_timeout))
-    record["worker"] = worker_process(pid)
-    os.kill(record["worker"], signal.SIGKILL)
-    print(f"  ** after step {step}: SIGKILL host {record['host']}'s worker process (pid {record['worker']}); "
+    record["worker"] = worker_process(pid, record["host"])
+    record["node"] = slurm_node(record["worker"])
+    victims = host_processes(record["worker"])
+    for victim in victims:
+        try:
+            os.kill(victim, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    record["killed"] = len(victims)
+    node = f" (Slurm node {record['node']}: all its {len(victims)} processes, slurmd too)" if record["node"] else ""
+    print(f"  ** after step {step}: SIGKILL host {record['host']}'s worker process (pid {record['worker']}){node}; "
           f"generator replica 0 (pid {pid}) dies with it **")
     started = time.monotonic()
     try:
@@ -290,7 +364,10 @@ async def host_report(job, spans: list) -> dict:
     """Where each generator ran and which transport its weight loads picked; what became of lost hosts."""
     hosts, service = job.hosts, job.service
     if hosts.pending:
-        await asyncio.wait(hosts.pending, timeout=(hosts.spec.lost_after_s or 60.0) + 2 * service.call_timeout)
+        done, _ = await asyncio.wait(hosts.pending, timeout=(hosts.spec.lost_after_s or 60.0) + 2 * service.call_timeout)
+        for task in done:
+            if task.exception() is not None:  # the kill itself failed: say why
+                raise task.exception()
     pids = await service.fanout("whoami")
     picked = {s.actor for s in spans}
     replicas = []
@@ -315,7 +392,8 @@ def describe_hosts(report: dict, service: dict) -> str:
         lines.append(f"  generator {r['index']} (generation {r['generation']}) on {r['host']}: picked "
                      f"{', '.join(r['picked']) or 'no load during the run'}{state}")
     for kill in report["kills"]:
-        lines.append(f"  host {kill['host']} killed after step {kill['step']} (worker pid {kill.get('worker')}); "
+        node = f", Slurm node {kill['node']}" if kill.get("node") else ""
+        lines.append(f"  host {kill['host']} killed after step {kill['step']} (worker pid {kill.get('worker')}{node}); "
                      f"a call into it got, {kill.get('reported_after_s', float('nan')):.1f} s later: "
                      f"{kill.get('reported', 'no answer yet')}")
     for name, why in report["lost"].items():
@@ -365,12 +443,16 @@ def add_host_flags(parser: argparse.ArgumentParser) -> None:
                        help="who starts the hosts: process (each host a local worker process, the default), "
                             "slurm (monarch.job.SlurmJob) or kubernetes (monarch.job.kubernetes.KubernetesJob)")
     group.add_argument("--kill-host-at", type=int, default=0, metavar="STEP",
-                       help="SIGKILL the worker process of a generator host after this step (simulated hosts)")
+                       help="SIGKILL a generator host after this step (hosts on this machine: simulated ones, "
+                            "or a node of koans/slurm_cluster.sh)")
     group.add_argument("--gpus-per-host", type=int, default=None, metavar="G",
                        help="GPUs per cluster host: each generator on a host gets one of them")
     group.add_argument("--slurm-partition", help="SlurmJob: the partition to submit to")
     group.add_argument("--slurm-account", help="SlurmJob: the account to charge")
     group.add_argument("--slurm-time", metavar="HH:MM:SS", help="SlurmJob: the job's time limit")
+    group.add_argument("--slurm-log-dir", default=".koans/slurm", metavar="DIR",
+                       help="SlurmJob: where the workers' output goes (default: .koans/slurm, under the current "
+                            "directory, which every node must see)")
     group.add_argument("--k8s-namespace", help="KubernetesJob: the namespace of the MonarchMesh resources")
     group.add_argument("--k8s-image", help="KubernetesJob: the worker image (this project and its environment inside)")
     group.add_argument("--k8s-shm", metavar="SIZE", help="KubernetesJob: size of each pod's /dev/shm, e.g. 16Gi "
@@ -402,7 +484,9 @@ def hosts_from_args(parser: argparse.ArgumentParser, args) -> HostsSpec | None:
     if args.scheduler == "kubernetes" and not (args.k8s_namespace and args.k8s_image):
         parser.error("--scheduler kubernetes needs --k8s-namespace and --k8s-image")
     slurm = {key: value for key, value in (("partition", args.slurm_partition), ("account", args.slurm_account),
-                                          ("time_limit", args.slurm_time)) if value is not None}
+                                          ("time_limit", args.slurm_time),
+                                          ("log_dir", args.slurm_log_dir and os.path.abspath(args.slurm_log_dir)))
+             if value is not None}
     kubernetes = {"namespace": args.k8s_namespace, "image": args.k8s_image, "shm": args.k8s_shm,
                   "kubeconfig": args.kubeconfig}
     try:

@@ -37,9 +37,10 @@ from .ch07_weight_sync import SnapshotReader, WeightPublisher, WeightStore
 from .ch09_async_loops import ReplayBuffer, continuous_training
 from .ch10_multihost import (HostsSpec, JobHosts, add_host_flags, describe_hosts, host_report, hosts_from_args,
                              killing_host_at, missing_scheduler)
-from .ch10_policy import CountingTask, Prompt, pad_left, prompt_ids, sample_group  # noqa: F401 (tests use them)
-from .ch10_qwen_grpo import (TIMEOUT, Rollout, RunConfig, continuous_rollouts, group_advantages, grpo_loss,
-                             pick_device, response_logprobs, score)
+from .ch10_policy import (CountingTask, Prompt, greedy_answers, pad_left, prompt_ids,  # noqa: F401 (tests use them)
+                          sample_group)
+from .ch10_qwen_grpo import (TIMEOUT, Rollout, RunConfig, continuous_rollouts, group_advantages, grpo_loss,  # noqa: F401
+                             pick_device, policy_loss, response_logprobs, score)
 
 
 class Generator(Actor):
@@ -141,7 +142,6 @@ class Trainer(Actor):
         self._load()
         with self.recorder.span("train", version=self.version) as info:
             b = self._batch(rollouts)
-            advantages = group_advantages(b["rewards"]).reshape(-1)
             logps = response_logprobs(self.model, b["prompts"], b["prompt_attention"], b["responses"], b["mask"],
                                       b["attention"])
             ref_logps = None
@@ -149,8 +149,8 @@ class Trainer(Actor):
                 with torch.no_grad():
                     ref_logps = response_logprobs(self.reference, b["prompts"], b["prompt_attention"],
                                                   b["responses"], b["mask"], b["attention"])
-            loss, stats = grpo_loss(logps, b["old_logps"], advantages, b["mask"], self.config.clip,
-                                    ref_logps, self.config.kl_coef)
+            # group_advantages (or no std), then grpo_loss (per response, or every token alike): RunConfig's choices
+            loss, stats = policy_loss(logps, b["old_logps"], b["rewards"], b["mask"], self.config, ref_logps)
             await self.publisher.wait_staged()  # the last version's snapshot is copied: weights may change
             self.optimizer.zero_grad()
             loss.backward()
@@ -166,6 +166,12 @@ class Trainer(Actor):
                    "version": first.version}
         return {"version": self.version, "loss": loss.item(), "reward": b["rewards"].mean().item(),
                 "lags": lags, "ids": [r.id for r in rollouts], "example": example, **stats}
+
+    @endpoint
+    async def answers(self, counts: list[int]) -> dict[int, str]:
+        """The policy's greedy answer to "Count to N:" for each N in `counts` (what it would say, not a sample)."""
+        self._load()
+        return greedy_answers(self.model, self.tokenizer, counts, self.config.max_new_tokens)
 
     @endpoint
     async def flush(self) -> int:
@@ -307,11 +313,13 @@ def killing_at(job: Job, step: int, on_step=None):
 
 
 async def train_async(config: RunConfig, mode: str = "async", on_step=None, name: str = "grpo", kill_at: int = 0,
-                      hosts: HostsSpec | None = None) -> dict:
-    """Start a job, run it in `mode`, sync the weights one last time, stop it. Answers the figures."""
+                      hosts: HostsSpec | None = None, answer_counts: list[int] | None = None) -> dict:
+    """Start a job, run it in `mode`, sync the weights one last time, stop it. Answers the figures (with
+    `answer_counts`, also the policy's greedy answers to "Count to N:" before and after training)."""
     job = Job.start(config, name, hosts)
     try:
         await job.warm_up()
+        before = await ask(job.trainer.answers, answer_counts) if answer_counts else None
         if kill_at > 0:
             on_step = killing_at(job, kill_at, on_step)
         if hosts is not None and hosts.kill_host_at > 0:
@@ -320,6 +328,8 @@ async def train_async(config: RunConfig, mode: str = "async", on_step=None, name
         run = await (run_async(job, on_step) if mode == "async" else run_sync(job, on_step))
         run["seconds"] = time.time() - started
         run["final"] = await job.final_sync()
+        if answer_counts:
+            run["answers"] = {"before": before, "after": await ask(job.trainer.answers, answer_counts)}
         run["spans"] = await job.spans()
         run["service"] = job.service.snapshot()
         if job.hosts is not None:
@@ -330,8 +340,8 @@ async def train_async(config: RunConfig, mode: str = "async", on_step=None, name
 
 
 def train(config: RunConfig, mode: str = "async", on_step=None, name: str = "grpo", kill_at: int = 0,
-          hosts: HostsSpec | None = None) -> dict:
-    return asyncio.run(train_async(config, mode, on_step, name, kill_at, hosts))
+          hosts: HostsSpec | None = None, answer_counts: list[int] | None = None) -> dict:
+    return asyncio.run(train_async(config, mode, on_step, name, kill_at, hosts, answer_counts))
 
 
 def summary(run: dict, config: RunConfig) -> dict:
@@ -360,6 +370,10 @@ def main() -> None:
     parser.add_argument("--max-lag", type=int, default=RunConfig.max_lag)
     parser.add_argument("--lr", type=float, default=RunConfig.lr)
     parser.add_argument("--kl-coef", type=float, default=RunConfig.kl_coef)
+    parser.add_argument("--loss-mean", choices=["sequence", "token"], default=RunConfig.loss_mean,
+                        help="average the loss per response, then over responses; or over every token alike")
+    parser.add_argument("--advantage-std", action=argparse.BooleanOptionalAction, default=RunConfig.advantage_std,
+                        help="divide each advantage by its group's std (--no-advantage-std: reward - group mean)")
     parser.add_argument("--seed", type=int, default=RunConfig.seed)
     parser.add_argument("--show-every", type=int, default=20)
     parser.add_argument("--kill-at", type=int, default=0, metavar="STEP",
@@ -371,11 +385,13 @@ def main() -> None:
     if hosts is not None and (missing := missing_scheduler(hosts.scheduler)):
         parser.error(missing)
     config = RunConfig(model=args.model, seed=args.seed, steps=args.steps, max_lag=args.max_lag,
-                       generators=args.generators, kl_coef=args.kl_coef, dtype=args.dtype, lr=args.lr)
+                       generators=args.generators, kl_coef=args.kl_coef, dtype=args.dtype, lr=args.lr,
+                       loss_mean=args.loss_mean, advantage_std=args.advantage_std)
     modes = ["sync", "async"] if args.compare else [args.mode]
     print(f"Chapter 10: GRPO on {config.model or 'a tiny Qwen2 (random init)'}, task 'Count to N', "
           f"{config.generators} generators, {config.steps} steps of {config.groups_per_step}x{config.group_size} "
-          f"samples, max lag {config.max_lag}, device {pick_device()}\n")
+          f"samples, max lag {config.max_lag}, lr {config.lr:g}, {config.loss_mean}-mean loss, advantages "
+          f"{'/ std' if config.advantage_std else 'without std'}, device {pick_device()}\n")
     figures = {}
     for mode in modes:
         figures[mode] = show_run(config, mode, args.show_every, args.trace if mode == modes[-1] else None,
@@ -407,7 +423,7 @@ def show_run(config: RunConfig, mode: str, show_every: int, trace: str | None, k
                   f"lags {dict(sorted(Counter(result['lags']).items()))}\n"
                   f"      {ex['prompt']!r} -> {ex['response']!r}  reward {ex['reward']:.2f}  (policy v{ex['version']})")
 
-    run = train(config, mode, on_step, name=f"grpo_{mode}", kill_at=kill_at, hosts=hosts)
+    run = train(config, mode, on_step, name=f"grpo_{mode}", kill_at=kill_at, hosts=hosts, answer_counts=ANSWER_COUNTS)
     figures = summary(run, config)
     tenth = max(1, len(rewards) // 10)
     print(f"\n{len(rewards)} steps in {run['seconds']:.1f} s, {figures['samples_per_s']:.1f} samples/s; mean reward "
@@ -440,4 +456,21 @@ def show_run(config: RunConfig, mode: str, show_every: int, trace: str | None, k
         print(f"timeline written to {trace} (open it in https://ui.perfetto.dev, or: koans viz --trace {trace})")
     else:
         print("timeline: `koans viz` draws it (or add --trace run.json for ui.perfetto.dev)")
+    print(show_answers(run["answers"]))
     return figures
+
+
+#: "Count to N:" for these N ends the demo, before and after training. Training asks for 2..9 (CountingTask's
+#: default); N=1 shows whether the policy reads N or only counts on until the shortest answer it was paid for.
+ANSWER_COUNTS = list(range(1, 10))
+
+
+def show_answers(answers: dict, width: int = 20) -> str:
+    """The policy's greedy answers (the first `width` characters), before and after training, with their rewards."""
+    lines = ["greedy answers (the most likely token at each step), before -> after training:"]
+    for n in answers["after"]:
+        prompt = Prompt(f"Count to {n}:", list(range(1, n + 1)))
+        before, after = answers["before"][n], answers["after"][n]
+        lines.append(f"  'Count to {n}:' {before[:width]!r:>{width + 2}} ({CountingTask.reward(prompt, before):.2f})"
+                     f" -> {after[:width]!r} ({CountingTask.reward(prompt, after):.2f})")
+    return "\n".join(lines)

@@ -179,6 +179,25 @@ def pad_left(rows: list[torch.Tensor], pad_id: int) -> tuple[torch.Tensor, torch
 
 
 @torch.no_grad()
+def greedy_answers(model, tokenizer, counts, max_new_tokens: int = 16) -> dict[int, str]:
+    """{N: the policy's greedy answer to "Count to N:"}: the most likely token at each step, up to EOS.
+
+    Greedy shows what the policy has settled on; a sample (what training sees) varies from call to call.
+    """
+    answers = {}
+    for n in counts:
+        ids = torch.tensor([prompt_ids(tokenizer, Prompt(f"Count to {n}:", list(range(1, n + 1))))],
+                           device=model.device)
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=max_new_tokens,
+                             pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+        response = out[:, ids.shape[1]:]
+        mask = response_mask(response, tokenizer.eos_token_id)
+        known = torch.where(response < len(tokenizer), response, tokenizer.unk_token_id or 0)
+        answers[n] = tokenizer.decode(known[0][mask[0].bool()], skip_special_tokens=True)
+    return answers
+
+
+@torch.no_grad()
 def sample_group(model, tokenizer, prompt: Prompt, group_size: int, max_new_tokens: int = 16) -> dict:
     """`group_size` sampled responses to one prompt: prompt ids, response ids, mask and decoded text.
 

@@ -6,9 +6,11 @@ this chapter adds the learning. GRPO in three lines:
   2. A response's advantage: (reward - group mean) / (group std + eps).
   3. Raise each of its tokens' log-probability in proportion to the advantage,
      weighted by the ratio p_now / p_generator (the generator may be a version
-     behind), and clipped: a token whose ratio already left [0.8, 1.2] gets no
-     gradient. One optimizer step per batch measures the ratio before the
-     weights move, so at lag 0 it is 1 and the clip never acts.
+     behind), and clipped: a token whose ratio already left [0.8, 1.2] in its
+     advantage's direction (above 1.2 with a positive advantage, below 0.8
+     with a negative one) gets no gradient; one that left the other way keeps
+     it. One optimizer step per batch measures the ratio before the weights
+     move, so at lag 0 it is 1 and the clip never acts.
 
 Step 3 reads each response token's log-probability off one forward pass over
 prompt + response. The logits at position i predict the token at i + 1:
@@ -58,6 +60,8 @@ class RunConfig:
     lr: float = 5e-4
     clip: float = 0.2
     kl_coef: float = 0.0  # > 0: a KL penalty towards the initial policy
+    loss_mean: str = "sequence"  # "sequence": each response's tokens, then the responses; "token": all tokens alike
+    advantage_std: bool = True  # divide by the group's std (GRPO); False: reward - group mean (Dr. GRPO)
     max_lag: int = 1
     generators: int = 2
     lease_timeout_s: float = 10.0  # a dead generator's lease blocks a staging slot this long (ch07)
@@ -96,7 +100,8 @@ def score(task: CountingTask, rollout: Rollout) -> Rollout:
 def group_advantages(rewards: torch.Tensor, eps: float = 1e-4) -> torch.Tensor:
     """[B, G] rewards, one row per group -> [B, G] advantages."""
     # A group is a row. Its std is the sample (unbiased) one. A group whose rewards are all equal
-    # teaches nothing: its advantages are 0, and finite.
+    # teaches nothing: its advantages are 0, and finite; so does a group of one response. The
+    # rewards passed in stay as they were.
     raise NotImplementedError("TODO(ch10): each reward's advantage: (reward - its group's mean) / (its group's std + eps)")
 
 
@@ -120,7 +125,9 @@ def grpo_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Te
     # A being the token's response's advantage. loss = -masked_mean(objective, mask). With ref_logps and
     # kl_coef > 0, add kl_coef * masked_mean(k3), k3 = exp(ref - logp) - (ref - logp) - 1 per token.
     # clip_fraction: masked mean of "ratio outside [1 - clip, 1 + clip]"; kl: the masked k3 mean when the
-    # penalty is on (ref_logps given and kl_coef > 0), else 0.0.
+    # penalty is on (ref_logps given and kl_coef > 0), else 0.0. `clip` is the caller's, in the objective
+    # and in clip_fraction alike. The KL term is part of the loss: its gradient reaches logps. Both stats
+    # are Python floats, each a masked_mean like the loss (per response, then over responses).
     raise NotImplementedError("TODO(ch10): PPO's clipped objective per token, its negative masked mean; optional KL; two stats")
 
 
@@ -131,8 +138,9 @@ def response_token_logprobs(logits: torch.Tensor, responses: torch.Tensor, mask:
     responses: [B, T] token ids; mask: [B, T], 1.0 on the tokens the policy chose.
     """
     # Response token t sits at position P + t, and is predicted by the logits at position P + t - 1
-    # (see the picture at the top). Log-probabilities: a log-softmax over the vocabulary, in float32.
-    # Positions where mask is 0 (padding after EOS) answer exactly 0.
+    # (see the picture at the top); P comes from the shapes (every row may end in padding). Log-probabilities:
+    # a log-softmax over the vocabulary, in float32, finite however large the logits. Positions where mask
+    # is 0 (padding after EOS) answer exactly 0. The gradient reaches the logits.
     raise NotImplementedError("TODO(ch10): the log-probability each response token got from the logits that predicted it")
 
 
@@ -153,6 +161,49 @@ def response_logprobs(model, prompts: torch.Tensor, prompt_attention: torch.Tens
     positions = (attention.cumsum(1) - 1).clamp(min=0)
     logits = model(input_ids=full, attention_mask=attention, position_ids=positions).logits
     return response_token_logprobs(logits, responses, mask)
+
+
+# --- The trainer's two choices (given): how the loss averages, whether the advantage divides by the std ---
+
+
+def centered_advantages(rewards: torch.Tensor) -> torch.Tensor:
+    """[B, G] rewards -> [B, G] advantages without the std: reward - its group's mean (Dr. GRPO, nanochat)."""
+    return rewards - rewards.mean(dim=1, keepdim=True)
+
+
+def token_mean_scale(mask: torch.Tensor) -> torch.Tensor:
+    """[N] factors R * n_r / total: R responses, n_r tokens in response r, total tokens in all.
+
+    The clipped objective is positively homogeneous in the advantage
+    (min(ratio * cA, clip(ratio) * cA) = c * min(ratio * A, clip(ratio) * A) for c > 0),
+    so grpo_loss's mean per response, then over responses, of advantages scaled by
+    these factors equals the mean over every token of the batch of the unscaled ones.
+    """
+    lengths = mask.sum(dim=1)
+    return lengths * len(lengths) / lengths.sum().clamp(min=1.0)
+
+
+def policy_loss(logps: torch.Tensor, old_logps: torch.Tensor, rewards: torch.Tensor, mask: torch.Tensor,
+                config: RunConfig, ref_logps: torch.Tensor | None = None):
+    """The trainer's loss for `config`'s choices, from grpo_loss. rewards: [B, G]; the rest as grpo_loss's.
+
+    advantage_std: group_advantages, else centered_advantages. loss_mean "sequence":
+    grpo_loss as it is; "token": every token of the batch weighs the same, through
+    token_mean_scale, and so does the KL term's (computed here: grpo_loss's is per response).
+    The stats stay grpo_loss's (per response, then over responses), but for the token-mean KL.
+    """
+    if config.loss_mean not in ("sequence", "token"):
+        raise ValueError(f"loss_mean must be 'sequence' or 'token', got {config.loss_mean!r}")
+    advantages = (group_advantages(rewards) if config.advantage_std else centered_advantages(rewards)).reshape(-1)
+    if config.loss_mean == "sequence":
+        return grpo_loss(logps, old_logps, advantages, mask, config.clip, ref_logps, config.kl_coef)
+    loss, stats = grpo_loss(logps, old_logps, advantages * token_mean_scale(mask), mask, config.clip)
+    if ref_logps is not None and config.kl_coef > 0:
+        log_ratio = ref_logps - logps
+        kl = ((torch.exp(log_ratio) - log_ratio - 1) * mask).sum() / mask.sum().clamp(min=1.0)
+        loss = loss + config.kl_coef * kl
+        stats["kl"] = float(kl.detach())
+    return loss, stats
 
 
 # --- The rollout loop (given) ----------------------------------------------------------------

@@ -52,7 +52,8 @@ def truncated_importance_weights(proximal_logps: torch.Tensor, behaviour_logps: 
                                  cap: float | None = 2.0) -> torch.Tensor:
     """[N, T] per-token weights min(p_proximal / p_behaviour, cap); exactly 0 where mask is 0."""
     # The weights are a constant of the loss: no gradient flows through them, even when an input
-    # carries one. cap=None means no cap.
+    # carries one. cap=None means no cap. Padding weighs exactly 0 whatever its log-probabilities hold
+    # (-inf included, where the ratio is inf or nan).
     raise NotImplementedError("TODO(ch11): each token's importance weight, proximal over behaviour, capped at `cap`; 0 on padding")
 
 
@@ -76,7 +77,8 @@ def decoupled_ppo_loss(logps: torch.Tensor, proximal_logps: torch.Tensor, behavi
     # token is w * min(r * A, clip(r, 1 - clip, 1 + clip) * A), or w * r * A when clip is None.
     # loss = -masked_mean(objective, mask). Stats, each like the loss a masked_mean (per response, then
     # over responses): "clip_fraction" of r outside [1 - clip, 1 + clip] (0.0 without a clip),
-    # "mean_weight" of w; and "ess", the effective_sample_size of w.
+    # "mean_weight" of w; and "ess", the effective_sample_size of w. The caller's clip and cap (None
+    # included) are the ones used; a response of padding only counts 0, never NaN. Stats: Python floats.
     raise NotImplementedError("TODO(ch11): w * PPO's clipped objective against the proximal policy; its negative masked mean")
 
 

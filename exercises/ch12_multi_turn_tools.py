@@ -65,13 +65,16 @@ class Episode:
         """Append one turn: the policy's (with its log-probabilities and version), or the environment's (without)."""
         # Every list keeps one entry per token of self.ids. A policy turn comes with a log-probability
         # per token and the version that sampled it; an environment turn (a tool reply) with neither.
+        # A turn given log-probabilities is the policy's, whatever its version (0 included); one whose
+        # log-probabilities do not match its tokens one for one is refused (ValueError), nothing appended.
         raise NotImplementedError("TODO(ch12): append the turn's tokens, and per token: who wrote it, its log-probability, its version")
 
     @property
     def version(self) -> int:
         """The policy version of this episode, for the staleness bound: that of its oldest policy token."""
         # Weights may change between two turns, so the tokens of one episode may come from several
-        # versions. The episode is only as fresh as its oldest one.
+        # versions, in any order (each turn may come from another generator). The episode is only as
+        # fresh as its oldest one; version 0 is a version like any other.
         raise NotImplementedError("TODO(ch12): the version of the oldest policy token (the environment's tokens have none)")
 
 
@@ -88,8 +91,11 @@ async def run_episode(policy, tools, task: VaultTask, prompt: VaultPrompt, limit
     # The sequence is only ever token ids: the policy's turns as sampled (their stop token too), the
     # tools' replies as reply_ids gives them. Never re-encode text. A turn that is not a tool call is
     # the answer: the episode ends ("answer"). It also ends after limits.max_turns policy turns
-    # ("turns"), and before a turn when it holds limits.max_tokens tokens ("tokens"); a turn never has
-    # more than limits.max_new tokens, nor more than the room left. Set episode.ended to the reason.
+    # ("turns"), and before a turn when it holds limits.max_tokens tokens or more ("tokens"); a turn
+    # never has more than limits.max_new tokens, nor more than the room left. Set episode.ended to the
+    # reason. The tool is asked for what the policy's turn requests (task.parse). A failed tool call
+    # fails the episode (it raises; never an empty reply in its place), and the tools' Service alone
+    # bounds a call's time (its call_timeout): add no timeout of your own.
     raise NotImplementedError("TODO(ch12): turn by turn until an answer; each tool call through `tools`, its reply appended")
 
 
@@ -104,7 +110,7 @@ class LeastLoadedService(Service):
     def next_replica(self, exclude: set[int] = frozenset()):
         """The healthy replica not in `exclude` with the fewest requests in flight; None if there is none."""
         # Among equals, the first at or after self.cursor (wrapping around) wins, and the cursor moves
-        # just past it, as in chapter 06.
+        # just past it, as in chapter 06. With no candidate: None, and the cursor stays.
         raise NotImplementedError("TODO(ch12): the fewest requests in flight among the healthy replicas not excluded; ties: round robin")
 
     # --- given: counting the requests in flight (ch06_plumbing.InFlight) ----------------------------

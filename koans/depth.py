@@ -28,7 +28,12 @@ GIVEN_MARK = "# GIVEN in the workshop, a stretch TODO: `koans workshop --off` pu
 def _solution_code(chapter: Chapter, key: str, root: Path) -> tuple[object, list[str]]:
     """The TODO, and the code lines of its region in the solution (its guidance comments left out)."""
     todo = next(t for t in todos_of(chapter) if t.key == key)
-    lines = (root / "solutions" / f"{chapter.module}.py").read_text().splitlines()
+    solution = root / "solutions" / f"{chapter.module}.py"
+    if not solution.is_file():  # a student edition: built with --workshop, it holds the stretch code
+        from koans.edition import stretch_code
+
+        return todo, stretch_code(chapter.tag, key)
+    lines = solution.read_text().splitlines()
     return todo, lines[todo.begin + len(todo.guidance): todo.end - 1]
 
 

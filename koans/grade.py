@@ -10,7 +10,11 @@ Every chapter is worth POINTS_PER_CHAPTER, shared evenly among the tests of
 what the learner writes: those marked with a TODO (tests of given code earn
 nothing, and tests skipped for want of a GPU are left out of the share). Each chapter runs
 in its own pytest subprocess with a time limit, so grading never hangs: a
-chapter that runs out of time scores 0, with a message that says so.
+chapter that runs out of time scores 0, with a message that says so; so does one whose session
+ended before every test had run.
+
+`koans grade` scores this checkout's exercises/ as they are. For work you do not trust, use the
+autograder's path (koans.autograder), which grades only the TODO regions, after a static check.
 """
 
 from __future__ import annotations
@@ -33,6 +37,13 @@ def _chapter_entries(chapter: Chapter, run: ChapterRun, time_limit: float) -> li
                  "output": f"Timed out: the chapter's tests did not finish within {time_limit:.0f} s{running}. A stub "
                            "may be waiting forever; run `koans check "
                            f"{chapter.number}` to see where.{where}"}]
+    if run.collected is not None and len(run.tests) < run.collected:
+        # The session ended before every test had run (the code under test exited or killed the process):
+        # the tests that ran are no fair sample of the chapter, so they earn nothing.
+        return [{"name": f"{prefix}: all tests", "score": 0.0, "max_score": POINTS_PER_CHAPTER, "status": "failed",
+                 "output": f"The test session ended after {len(run.tests)} of its {run.collected} tests: the code "
+                           "under test ended the process early. Run `koans check "
+                           f"{chapter.number}` to see where.\n" + run.output[-1500:]}]
     # Only tests of what the learner writes earn points: those marked with a TODO (`koans verify` checks
     # that each fails against the pristine stubs). A test of given code proves nothing about the learner.
     graded = [t for t in run.tests if t["outcome"] != "skipped" and t.get("marked")]

@@ -40,6 +40,10 @@ TODO_IN_TEXT = re.compile(r"TODO\((ch\d\d)\): ")
 def selected_impl(option: str | None) -> str:
     """`--impl` wins, then $KOANS_IMPL, then the learner's `exercises`."""
     impl = option or os.environ.get(IMPL_ENV) or "exercises"
+    if impl == "solutions" and not (PROJECT_ROOT / "solutions").is_dir():
+        from koans.edition import NO_SOLUTIONS
+
+        raise ValueError(NO_SOLUTIONS.format(what="--impl solutions"))
     if impl not in IMPLS:
         raise ValueError(f"unknown implementation {impl!r}: use --impl exercises or --impl solutions")
     return impl
@@ -254,6 +258,10 @@ def stop_procs(procs, timeout_s: float = 15.0) -> None:
 def chapter_todos(chapter: Chapter) -> list[Todo]:
     """The chapter's TODOs, read from the solution (the source of truth)."""
     path = chapter.source_file("solutions")
+    if not path.is_file():  # a student edition: no solutions/; koans/edition.json holds the TODOs
+        from koans.edition import edition_todos
+
+        return edition_todos(chapter.tag)
     return find_todos(path.read_text(), str(path))
 
 
@@ -271,8 +279,23 @@ def locate(todo: Todo, impl: str) -> str:
     started = ""
     if line is None:
         started = ", changed by you" if impl == "exercises" else ""
+        if impl == "exercises" and _given_in_the_workshop(todo):
+            started = ", given in the workshop: not your code"
         line = next((n for n, text in enumerate(lines, 1) if re.match(rf"\s*(async\s+)?def {re.escape(name)}\b", text)), 1)
     return f"{path.relative_to(PROJECT_ROOT)}:{line}  ({todo.key}{started})"
+
+
+def _given_in_the_workshop(todo: Todo) -> bool:
+    """Whether this is a stretch TODO that `koans workshop` gave as code, still exactly as given."""
+    chapter = find_chapter(todo.chapter)
+    if todo.key not in chapter.stretch:
+        return False
+    from koans import depth
+
+    try:
+        return depth.is_filled(chapter, todo.key, PROJECT_ROOT)
+    except Exception:  # a student edition without the stretch code, or a file that does not parse
+        return False
 
 
 def todos_named_in_text(text: str) -> list[Todo]:

@@ -31,7 +31,8 @@ HINTS: dict[str, dict[str, tuple[str, ...]]] = {
         ),
         "spawn_greeter": (
             "this_proc() and a mesh of new processes are both ProcMeshes, with the same spawn method.",
-            'procs.spawn("greeter", Greeter, name): a name for the actor, its class, then its __init__ arguments.',
+            "procs.spawn(actor_name, ActorClass, *init_args): the actor's name comes first (here the greeter's own"
+            " name, so that logs tell greeters apart), then its class, then its __init__ arguments.",
         ),
     },
     "ch02": {
@@ -95,17 +96,23 @@ HINTS: dict[str, dict[str, tuple[str, ...]]] = {
     },
     "ch05": {
         "classify": (
-            "One wait, bounded by a timeout, and one `except` per kind of failure.",
+            "One wait, bounded by a timeout, and one `except` per kind of failure; catch nothing else "
+            "(asyncio.CancelledError is a cancel, not a timeout).",
             "await asyncio.wait_for(future, timeout) gives the reply or raises: ActorError (the endpoint "
-            "raised), SupervisionError (the process died), TimeoutError (no answer in time).",
+            "raised), SupervisionError (the process died), TimeoutError (no answer in time). Keep the "
+            "exception object itself as the value, not its text.",
             'try: return Outcome("ok", await asyncio.wait_for(future, timeout), where) '
             'except ActorError as err: return Outcome("endpoint_error", err, where) ... and so on.',
         ),
         "Supervisor.__supervise__": (
-            "Monarch calls this for every mesh of ours that fails; answer True for what you handled.",
-            'name = str(failure.mesh_name); it starts with "logger" (Monarch\'s own) or "child_g" (ours).',
-            'For a child: self.failures.append({"generation": self.generation, "mesh": name, '
-            '"report": failure.report()}); self.spawn_child(); return True. Anything else: return False.',
+            "Monarch calls this for every mesh that fails on the child's process, Monarch's own among "
+            "them; only one is the child, and every one is handled (True).",
+            "spawned_as(failure) is the name the failed mesh was spawned with; it is the current child "
+            "exactly when it equals self.child_name (after a respawn, a late report of the old child no "
+            "longer does).",
+            'if spawned_as(failure) == self.child_name: self.failures.append({"generation": '
+            'self.generation, "mesh": str(failure.mesh_name), "report": failure.report()}); '
+            "self.spawn_child(). Then, in every case: return True.",
         ),
     },
     "ch06": {
@@ -216,7 +223,7 @@ HINTS: dict[str, dict[str, tuple[str, ...]]] = {
             "Each row is one group: compare each reward with its own row's mean and spread.",
             "rewards.mean(dim=1, keepdim=True) and rewards.std(dim=1, keepdim=True) keep one column per "
             "row, so they broadcast against [B, G].",
-            "return (rewards - mean) / (std + eps)",
+            "return (rewards - mean) / (std + eps). A group of one has no sample std (torch gives NaN): its std is 0.",
         ),
         "grpo_loss": (
             "Per token, the pessimistic (min) of the unclipped and clipped objective; the loss is its "
@@ -238,8 +245,11 @@ HINTS: dict[str, dict[str, tuple[str, ...]]] = {
     "ch11": {
         "truncated_importance_weights": (
             "A ratio of probabilities is the exponential of a difference of log-probabilities.",
-            "weights = torch.exp(proximal_logps - behaviour_logps); cap it with .clamp(max=cap) unless cap is None.",
-            "return weights * mask (so padding weighs exactly 0).",
+            "weights = torch.exp(proximal_logps - behaviour_logps), detached from the graph: the weights are a "
+            "constant of the loss, so no gradient may flow through them even when proximal_logps carries one; "
+            "cap it with .clamp(max=cap) unless cap is None.",
+            "return torch.where(mask.bool(), weights, 0.0): padding weighs exactly 0, even where its ratio is inf or "
+            "nan (-inf log-probabilities), which `weights * mask` would turn into nan.",
         ),
         "effective_sample_size": (
             "Keep only the real tokens, then (sum w)^2 / sum w^2 says how many of them really count.",

@@ -92,3 +92,102 @@ class _StandInReply:
             time.sleep(timeout)
             raise TimeoutError(f"no answer within {timeout} s")
         return self.fn(*self.args, **self.kwargs)
+
+
+class AwaitedStandIn(StandIn):
+    """A StandIn whose calls must be awaited: `.get()` on one fails the test.
+
+    Inside async code a blocking `.get()` stops the whole event loop until the reply comes (Monarch
+    only warns): every other task on that loop, a trainer's next step say, freezes meanwhile.
+    A real actor answers such a call anyway, so only a stand-in that refuses it can show the mistake.
+    """
+
+    def __init__(self, **endpoints):
+        for name, fn in endpoints.items():
+            setattr(self, name, _AwaitedEndpoint(fn, name))
+
+
+class _AwaitedEndpoint(_StandInEndpoint):
+    def __init__(self, fn, name):
+        super().__init__(fn)
+        self.name = name
+
+    def call_one(self, *args, **kwargs):
+        self.calls.append(args)
+        return _AwaitedReply(self.fn, args, kwargs, self.name)
+
+
+class _AwaitedReply(_StandInReply):
+    def __init__(self, fn, args, kwargs, name):
+        super().__init__(fn, args, kwargs)
+        self.name = name
+
+    def get(self, timeout=None):
+        raise AssertionError(
+            f"a blocking .get() on {self.name}(...) inside async code: it stops the event loop until the reply "
+            "comes, and every other task on that loop freezes meanwhile. Await the call (with a timeout) instead")
+
+
+class StuckForever(AssertionError):
+    """run_on_virtual_clock: every task waits, and no timer is set that could ever wake one."""
+
+
+class _VirtualSelector:
+    """Wraps an event loop's selector: never sleeps; when nothing is ready, moves the loop's clock on instead."""
+
+    def __init__(self, real, loop):
+        self._real, self._loop = real, loop
+
+    def select(self, timeout=None):
+        events = self._real.select(0)
+        if events or timeout == 0:
+            return events
+        if timeout is None:  # no timer at all: only another thread could still wake a task (give it a while)
+            events = self._real.select(5.0)
+            if events:
+                return events
+            raise StuckForever("every task waits, and no timer is set that could wake one: something was awaited "
+                               "with no timeout on a call that never answers")
+        self._loop.virtual_now += timeout
+        if self._loop.virtual_now > self._loop.virtual_limit:
+            raise StuckForever(f"still waiting after {self._loop.virtual_limit:g} virtual seconds")
+        return events
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+
+class _VirtualClockLoop(asyncio.SelectorEventLoop):
+    def __init__(self, limit_s: float):
+        super().__init__()
+        self.virtual_now, self.virtual_limit = 0.0, limit_s
+        self._selector = _VirtualSelector(self._selector, self)
+
+    def time(self) -> float:
+        return self.virtual_now
+
+
+def run_on_virtual_clock(main, limit_s: float = 3600.0):
+    """Run coroutine `main` on an event loop whose clock is virtual, and answer its result.
+
+    The clock starts at 0 and stands still while tasks run; when every task waits, it jumps at once to
+    the next timer (a sleep, a timeout). So timeouts fire exactly, in order, and cost no real time:
+    `asyncio.get_running_loop().time()` says when something happened. For code that waits on asyncio
+    alone (stand-ins in this process, no Monarch): a thread's work is waited for only while no timer is
+    set. A wait that no timer can ever end (an await with no timeout on a call that never answers)
+    raises StuckForever instead of hanging.
+    """
+    loop = _VirtualClockLoop(limit_s)
+    try:
+        return loop.run_until_complete(main)
+    finally:
+        try:
+            left = [task for task in asyncio.all_tasks(loop) if not task.done()]
+            for task in left:
+                task.cancel()
+            if left:
+                loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+        except StuckForever:
+            pass
+        finally:
+            loop.close()

@@ -35,6 +35,8 @@ from pathlib import Path
 from koans.manifest import PROJECT_ROOT
 
 DEFAULT_TRACE = PROJECT_ROOT / ".koans" / "ch10_trace.json"
+#: Where the page goes unless --out says otherwise: beside the run's files, which git ignores.
+DEFAULT_PAGE = PROJECT_ROOT / ".koans" / "viz.html"
 #: What `python -m solutions.ch10_qwen_grpo --compare` measured last: samples/s in lock step and async.
 DEFAULT_COMPARE = PROJECT_ROOT / ".koans" / "ch10_compare.json"
 
@@ -129,7 +131,9 @@ td, th {{ padding: 3px 12px 3px 0; text-align: left; }}</style></head><body>
 </body></html>"""
 
 
-def main(trace: str | None, out: str, max_lag: int = 4, sweep: str | None = None) -> int:
+def main(trace: str | None, out: str | None = None, max_lag: int = 4, sweep: str | None = None) -> int:
+    out = out or str(DEFAULT_PAGE)
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
     if sweep:
         try:
             report = json.loads(Path(sweep).read_text())

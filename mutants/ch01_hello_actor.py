@@ -51,4 +51,10 @@ MUTANTS = [
     Mutant("spawn_greeter", "names the greeter 'greeter', whatever name it was given", '''
         return procs.spawn("greeter", Greeter, "greeter")
     '''),
+    Mutant("Greeter.whereabouts", "assumes the device is the CPU (a learner's)", '''
+        return {"pid": os.getpid(), "host": socket.gethostname(), "device": "cpu"}
+    '''),
+    Mutant("spawn_greeter", "spawns every greeter under one fixed actor name (a learner's)", '''
+        return procs.spawn("greeter", Greeter, name)
+    '''),
 ]

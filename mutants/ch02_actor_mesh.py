@@ -73,4 +73,20 @@ MUTANTS = [
     Mutant("sum_of_squares", "waits a fixed minute, whatever timeout it was given", '''
         return sum(workers.sum_my_share.call(numbers).get(timeout=60).values())
     '''),
+    Mutant("Worker.sum_my_share", "reads the size and rank from the 'procs' dimension alone (a learner's)", '''
+        rank, size = current_rank()["procs"], current_size()["procs"]
+        return sum(x * x for x in numbers[rank::size])
+    '''),
+    Mutant("Worker.sum_my_share", "adds the dimensions' sizes instead of multiplying them (a learner's)", '''
+        rank, size = current_rank().rank, sum(current_size().values())
+        return sum(x * x for x in numbers[rank::size])
+    '''),
+    Mutant("Worker.whoami", "reports the message's size along 'procs' alone", '''
+        return {
+            "spawn_coords": self.spawn_coords,
+            "message_coords": dict(current_rank()),
+            "message_size": {"procs": math.prod(current_size().values())},
+            "pid": os.getpid(),
+        }
+    '''),
 ]

@@ -111,4 +111,39 @@ MUTANTS = [
     Mutant("TensorOwner.send_copy", "sends the numbers as a Python list", '''
         return self.tensor.tolist()
     '''),
+    Mutant("pull_into", "checks the dtype by its item size, so int32 passes for float32 (a learner's)", '''
+        if destination.dtype.itemsize != handle.dtype.itemsize:
+            raise ValueError(wrong_dtype(destination, handle))
+        if destination.dim() != 1 or not destination.is_contiguous():
+            raise ValueError(wrong_layout(destination, handle))
+        if destination.numel() != handle.numel:
+            raise ValueError(wrong_count(destination, handle))
+        await handle.buffer.read_into(destination, timeout=timeout)
+        return destination
+    '''),
+    Mutant("pull_into", "bounds the read with asyncio.wait_for, leaving read_into its default (a learner's)", '''
+        import asyncio
+
+        if destination.dtype != handle.dtype:
+            raise ValueError(wrong_dtype(destination, handle))
+        if destination.dim() != 1 or not destination.is_contiguous():
+            raise ValueError(wrong_layout(destination, handle))
+        if destination.numel() != handle.numel:
+            raise ValueError(wrong_count(destination, handle))
+        await asyncio.wait_for(handle.buffer.read_into(destination), timeout)
+        return destination
+    '''),
+    Mutant("pull_into", "treats a timed-out read as done and returns the destination", '''
+        if destination.dtype != handle.dtype:
+            raise ValueError(wrong_dtype(destination, handle))
+        if destination.dim() != 1 or not destination.is_contiguous():
+            raise ValueError(wrong_layout(destination, handle))
+        if destination.numel() != handle.numel:
+            raise ValueError(wrong_count(destination, handle))
+        try:
+            await handle.buffer.read_into(destination, timeout=timeout)
+        except TimeoutError:
+            pass
+        return destination
+    '''),
 ]

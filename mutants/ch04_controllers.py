@@ -50,4 +50,11 @@ MUTANTS = [
         sink.record.call_one(f"worker{self.rank}", "items_done", len(items))
         return result
     '''),
+    Mutant("Worker.work", "names the source by the message's rank, which a slice renumbers (a learner's)", '''
+        rank = current_rank().rank
+        result = sum(x * x for x in items)
+        sink = find_sink(f"worker{rank}", self.sink_name)
+        sink.record.call_one(f"worker{rank}", "items_done", len(items)).get(timeout=TIMEOUT)
+        return result
+    '''),
 ]

@@ -37,30 +37,24 @@ MUTANTS = [
         except TimeoutError as err:
             return Outcome("timeout", err)
     '''),
-    Mutant("Supervisor.__supervise__", "handles every failure, its own or not", '''
+    Mutant("Supervisor.__supervise__", "knows its child by the name pattern child_g..., not by what it spawned", '''
         name = str(failure.mesh_name)
         if name.startswith("child_g"):
             self.failures.append({"generation": self.generation, "mesh": name, "report": failure.report()})
             self.spawn_child()
         return True
     '''),
-    Mutant("Supervisor.__supervise__", "takes the log forwarder's death for another child death", '''
-        name = str(failure.mesh_name)
-        if name.startswith("logger") or name.startswith("child_g"):
-            self.failures.append({"generation": self.generation, "mesh": name, "report": failure.report()})
-            self.spawn_child()
-            return True
-        return False
+    Mutant("Supervisor.__supervise__", "takes every failure for a death of its child, Monarch's own meshes too", '''
+        self.failures.append({"generation": self.generation, "mesh": str(failure.mesh_name), "report": failure.report()})
+        self.spawn_child()
+        return True
     '''),
     Mutant("Supervisor.__supervise__", "records the generation after respawning", '''
-        name = str(failure.mesh_name)
-        if name.startswith("logger"):
-            return True
-        if name.startswith("child_g"):
+        if spawned_as(failure) == self.child_name:
             self.spawn_child()
-            self.failures.append({"generation": self.generation, "mesh": name, "report": failure.report()})
-            return True
-        return False
+            self.failures.append({"generation": self.generation, "mesh": str(failure.mesh_name),
+                                  "report": failure.report()})
+        return True
     '''),
     Mutant("classify", "waits with the blocking .get(), the habit of chapters 01-04, in async code (a learner's)", '''
         try:
@@ -83,20 +77,65 @@ MUTANTS = [
             return Outcome("timeout", err, where)
     '''),
     Mutant("Supervisor.__supervise__", "records the death but never respawns", '''
-        name = str(failure.mesh_name)
-        if name.startswith("logger"):
-            return True
-        if name.startswith("child_g"):
-            self.failures.append({"generation": self.generation, "mesh": name, "report": failure.report()})
-            return True
-        return False
+        if spawned_as(failure) == self.child_name:
+            self.failures.append({"generation": self.generation, "mesh": str(failure.mesh_name),
+                                  "report": failure.report()})
+        return True
     '''),
-    Mutant("Supervisor.__supervise__", "passes the log forwarder's death up the tree", '''
-        name = str(failure.mesh_name)
-        if name.startswith("child_g"):
-            self.failures.append({"generation": self.generation, "mesh": name, "report": failure.report()})
+    Mutant("Supervisor.__supervise__", "passes every failure but its child's up the tree", '''
+        if spawned_as(failure) == self.child_name:
+            self.failures.append({"generation": self.generation, "mesh": str(failure.mesh_name),
+                                  "report": failure.report()})
             self.spawn_child()
             return True
         return False
+    '''),
+    Mutant("Supervisor.__supervise__",
+           "knows Monarch's own meshes by the name logger... and passes up the rest (the rule Monarch 0.8 broke)", '''
+        name = str(failure.mesh_name)
+        if spawned_as(failure) == self.child_name:
+            self.failures.append({"generation": self.generation, "mesh": name, "report": failure.report()})
+            self.spawn_child()
+            return True
+        return name.startswith("logger")
+    '''),
+    Mutant("Supervisor.__supervise__",
+           "knows every child it ever spawned, so a death reported twice is replaced twice", '''
+        spawned = {f"child_g{generation}" for generation in range(1, self.generation + 1)}
+        if spawned_as(failure) in spawned:
+            self.failures.append({"generation": self.generation, "mesh": str(failure.mesh_name),
+                                  "report": failure.report()})
+            self.spawn_child()
+        return True
+    '''),
+    Mutant("classify", "hands back str(error) as an endpoint error's value (a learner's)", '''
+        try:
+            return Outcome("ok", await asyncio.wait_for(future, timeout), where)
+        except ActorError as err:
+            return Outcome("endpoint_error", str(err), where)
+        except SupervisionError as err:
+            return Outcome("died", err, where)
+        except TimeoutError as err:
+            return Outcome("timeout", err, where)
+    '''),
+    Mutant("classify", "gives a death the value None (a learner's)", '''
+        try:
+            return Outcome("ok", await asyncio.wait_for(future, timeout), where)
+        except ActorError as err:
+            return Outcome("endpoint_error", err, where)
+        except SupervisionError:
+            return Outcome("died", None, where)
+        except TimeoutError as err:
+            return Outcome("timeout", err, where)
+    '''),
+    Mutant("classify", "catches asyncio.CancelledError as a timeout, so a cancel is swallowed (a learner's)", '''
+        try:
+            return Outcome("ok", await asyncio.wait_for(future, timeout), where)
+        except ActorError as err:
+            return Outcome("endpoint_error", err, where)
+        except SupervisionError as err:
+            return Outcome("died", err, where)
+        except (TimeoutError, asyncio.CancelledError) as err:
+            return Outcome("timeout", err, where)
     '''),
 ]

@@ -112,4 +112,15 @@ MUTANTS = [
            ROUTE.replace("await classify(call, self.call_timeout,", "await classify(call, TIMEOUT,")),
     Mutant("Service.route", "retries a death without marking the replica unhealthy",
            ROUTE.replace("        self.mark_unhealthy(replica, outcome.kind)\n", "")),
+    Mutant("Service.mark_unhealthy", "sets the replica's failures to 1 instead of adding one (a learner's)", '''
+        if self.replicas[replica.index] is replica and replica.healthy:
+            replica.healthy = False
+            replica.failures = 1
+            self.stats.replica_failures += 1
+            if self.auto_recover:
+                self.start_recovery(replica)
+    '''),
+    Mutant("Service.route", "marks whatever replica now holds the index, not the one called (a learner's)",
+           ROUTE.replace("        self.mark_unhealthy(replica, outcome.kind)\n",
+                         "        self.mark_unhealthy(self.replicas[replica.index], outcome.kind)\n")),
 ]

@@ -146,4 +146,34 @@ MUTANTS = [
         "            held = self.store.release.call_one(snapshot.lease)\n")),
     Mutant("SnapshotReader.pull_and_load", "keeps loading for as long as leases expire",
            PULL.replace("    for _ in range(self.attempts):", "    while True:")),
+    Mutant("WeightPublisher.publish", "waits for the claim with a blocking .get() inside async code (a learner's)", '''
+        slot = self.store.claim.call_one().get(timeout=self.timeout)
+        if slot is None:
+            self.skipped += 1
+            return None
+        self.staging.start(state_dict, slot, version)
+        self.version = version
+        return version
+    '''),
+    Mutant("SnapshotReader.pull_and_load", "gives the lease back with no timeout (a learner's)", PULL.replace(
+        "            held = await asyncio.wait_for(self.store.release.call_one(snapshot.lease), self.timeout)\n",
+        "            held = await self.store.release.call_one(snapshot.lease)\n")),
+    Mutant("SnapshotReader.pull_and_load", "passes `halfway` to the first load only (a learner's)", '''
+        for attempt in range(self.attempts):
+            snapshot = await asyncio.wait_for(self.store.acquire.call_one(self.version), self.timeout)
+            if snapshot is None:
+                return None
+            try:
+                await self.load(snapshot, halfway if attempt == 0 else None)
+            finally:
+                held = await asyncio.wait_for(self.store.release.call_one(snapshot.lease), self.timeout)
+            if held:
+                self.version = snapshot.version
+                return snapshot.version
+            self.lost_leases += 1
+        raise RuntimeError("the lease kept expiring")
+    '''),
+    Mutant("SnapshotReader.pull_and_load", "waits for acquire with a blocking .get() inside async code", PULL.replace(
+        "await asyncio.wait_for(self.store.acquire.call_one(self.version), self.timeout)",
+        "self.store.acquire.call_one(self.version).get(timeout=self.timeout)")),
 ]

@@ -104,6 +104,19 @@ MUTANTS = [
     '''),
     Mutant("intersect", "answers an empty box instead of None", INTERSECT.replace(
         "        if end <= start:\n            return None\n", "").replace("(start, end - start)", "(start, max(0, end - start))")),
+    Mutant("plan_transfer", "spreads replicas by the coordinate's first entry, not the flat rank (a learner's)", PLAN.replace(
+        "group[dst_rank % len(group)]", "group[coord[0] % len(group)]")),
+    Mutant("shard_box", "splits by the first mesh dimension's size, whatever the mesh dimension", '''
+        box = [(0, size) for size in shape]
+        for m, placement in enumerate(placements):
+            if isinstance(placement, Shard):
+                offset, length = box[placement.dim]
+                size = -(-length // mesh_shape[0])
+                start = min(coord[m] * size, length)
+                share = max(0, min(size, length - start))
+                box[placement.dim] = (offset + start, share) if share else (shape[placement.dim], 0)
+        return tuple(box)
+    '''),
     Mutant("ShardHolder.pull", "reads one piece after another (a learner's)", '''
         read = 0
         for piece, handle in zip(pieces, handles):

@@ -139,4 +139,56 @@ MUTANTS = [
                           "asyncio.wait_for(self.arrived.wait_for(enough), TIMEOUT / 2)")),
     Mutant("continuous_training", "counts its own versions instead of using the ones train answers", TRAIN.replace(
         '            version = result["version"]\n', "            version += 1\n")),
+    Mutant("ReplayBuffer.put", "wakes one waiter, not all: notify() (a learner's)", '''
+        if self._too_stale(group):
+            self.ledger.refused_stale.append(group.id)
+            return False
+        self.groups.append(group)
+        async with self.arrived:
+            self.arrived.notify()
+        return True
+    '''),
+    Mutant("ReplayBuffer.sample", "restarts the full timeout at every wake-up (a learner's)", '''
+        self.learner_version = max(self.learner_version, learner_version)
+
+        def enough() -> bool:
+            stale = [g for g in self.groups if self._too_stale(g)]
+            self.ledger.dropped_stale += [g.id for g in stale]
+            self.groups[:] = [g for g in self.groups if not self._too_stale(g)]
+            return len(self.groups) >= count
+
+        async with self.arrived:
+            while not enough():
+                try:
+                    await asyncio.wait_for(self.arrived.wait(), timeout)
+                except TimeoutError:
+                    return None
+        batch, self.groups[:] = self.groups[:count], self.groups[count:]
+        self.ledger.trained += [g.id for g in batch]
+        return batch
+    '''),
+    Mutant("continuous_training", "awaits learner.train with no timeout (a learner's)", TRAIN.replace(
+        "result = await asyncio.wait_for(learner.train.call_one(batch), TIMEOUT)",
+        "result = await learner.train.call_one(batch)")),
+    Mutant("continuous_training", "awaits buffer.sample with no timeout", TRAIN.replace(
+        "batch = await asyncio.wait_for(buffer.sample.call_one(batch_groups, version), TIMEOUT)",
+        "batch = await buffer.sample.call_one(batch_groups, version)")),
+    Mutant("continuous_training", "sets stop in `except Exception`, so a cancellation misses it (a learner's)", '''
+        results, version = [], 0
+        try:
+            while len(results) < steps:
+                batch = await asyncio.wait_for(buffer.sample.call_one(batch_groups, version), TIMEOUT)
+                if batch is None:
+                    continue
+                result = await asyncio.wait_for(learner.train.call_one(batch), TIMEOUT)
+                version = result["version"]
+                results.append(result)
+                if on_step is not None:
+                    on_step(result)
+        except Exception:
+            stop.set()
+            raise
+        stop.set()
+        return results
+    '''),
 ]

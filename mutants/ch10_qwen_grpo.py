@@ -13,7 +13,13 @@ LOSS = '''
         kl = masked_mean(torch.exp(log_ratio) - log_ratio - 1, mask)
         loss = loss + kl_coef * kl
     clipped = ((ratio < 1 - clip) | (ratio > 1 + clip)).float()
-    return loss, {"clip_fraction": float(masked_mean(clipped, mask)), "kl": float(kl)}
+    return loss, {"clip_fraction": float(masked_mean(clipped, mask)), "kl": float(kl.detach())}
+'''
+
+ADVANTAGES = '''
+    mean = rewards.mean(dim=1, keepdim=True)
+    std = rewards.std(dim=1, keepdim=True) if rewards.shape[1] > 1 else torch.zeros_like(mean)
+    return (rewards - mean) / (std + eps)
 '''
 
 ALIGN = '''
@@ -64,4 +70,43 @@ MUTANTS = [
     Mutant("response_token_logprobs", "a log-softmax in the logits' own dtype: bf16 stays bf16 (a learner's)",
            ALIGN.replace("predictions = logits[:, prompt_length - 1 : -1].float()",
                          "predictions = logits[:, prompt_length - 1 : -1]")),
+    Mutant("group_advantages", "a group of one gives NaN (the sample std of one value), not a finite 0 (a learner's)",
+           ADVANTAGES.replace("rewards.std(dim=1, keepdim=True) if rewards.shape[1] > 1 else torch.zeros_like(mean)",
+                              "rewards.std(dim=1, keepdim=True)")),
+    Mutant("group_advantages", "eps inside the square root: sqrt(var + eps), not std + eps",
+           ADVANTAGES.replace("return (rewards - mean) / (std + eps)",
+                              "return (rewards - mean) / torch.sqrt(std ** 2 + eps)")),
+    Mutant("grpo_loss", "the clip hard-coded to 0.8/1.2, in the loss and in clip_fraction (a learner's)",
+           LOSS.replace("ratio.clamp(1 - clip, 1 + clip)", "ratio.clamp(0.8, 1.2)").replace(
+               "(ratio < 1 - clip) | (ratio > 1 + clip)", "(ratio < 0.8) | (ratio > 1.2)")),
+    Mutant("grpo_loss", "the clip hard-coded to 0.8/1.2 in clip_fraction only (a learner's)",
+           LOSS.replace("(ratio < 1 - clip) | (ratio > 1 + clip)", "(ratio < 0.8) | (ratio > 1.2)")),
+    Mutant("grpo_loss", "clip_fraction as a mean over the batch's tokens, not per response (a learner's)",
+           LOSS.replace("float(masked_mean(clipped, mask))", "float((clipped * mask).sum() / mask.sum())")),
+    Mutant("grpo_loss", "clip_fraction as a 0-d tensor, not a Python float (a learner's)",
+           LOSS.replace('"clip_fraction": float(masked_mean(clipped, mask))', '"clip_fraction": masked_mean(clipped, mask)')),
+    Mutant("grpo_loss", "the KL from logps.detach(): no gradient, --kl-coef does nothing (a learner's)",
+           LOSS.replace("log_ratio = ref_logps - logps", "log_ratio = ref_logps - logps.detach()")),
+    Mutant("grpo_loss", "the KL added as .item(): no gradient, --kl-coef does nothing (a learner's)", LOSS.replace(
+        "kl = masked_mean(torch.exp(log_ratio) - log_ratio - 1, mask)",
+        "kl = masked_mean(torch.exp(log_ratio) - log_ratio - 1, mask).item()").replace(
+        '"kl": float(kl.detach())', '"kl": float(kl)')),
+    Mutant("grpo_loss", "the KL penalty as a token mean over the batch, not per response", LOSS.replace(
+        "kl = masked_mean(torch.exp(log_ratio) - log_ratio - 1, mask)",
+        "kl = ((torch.exp(log_ratio) - log_ratio - 1) * mask).sum() / mask.sum()")),
+    Mutant("response_token_logprobs", "log(softmax(x)): -inf, then NaN, on large logits (a learner's)",
+           ALIGN.replace("torch.log_softmax(predictions, dim=-1)", "torch.log(torch.softmax(predictions, dim=-1))")),
+    Mutant("response_token_logprobs", "the prompt length worked out from the mask: misaligned when every row is "
+           "padded (a learner's)", ALIGN.replace("prompt_length = logits.shape[1] - responses.shape[1]",
+                                                "prompt_length = logits.shape[1] - int(mask.sum(dim=1).max())")),
+    Mutant("response_token_logprobs", "no gradient: computed under torch.no_grad()", ALIGN.replace(
+        "    logps = torch.log_softmax(", "    with torch.no_grad():\n        logps = torch.log_softmax(")),
+    Mutant("response_token_logprobs", "a negated log-softmax: values above 0",
+           ALIGN.replace("torch.log_softmax(predictions, dim=-1)", "-torch.log_softmax(predictions, dim=-1)")),
+    Mutant("group_advantages", "centres the caller's rewards in place, so they are lost to the caller", '''
+        mean = rewards.mean(dim=1, keepdim=True)
+        std = rewards.std(dim=1, keepdim=True) if rewards.shape[1] > 1 else torch.zeros_like(mean)
+        rewards -= mean
+        return rewards / (std + eps)
+    '''),
 ]

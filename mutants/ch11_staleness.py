@@ -91,4 +91,28 @@ MUTANTS = [
     '''),
     Mutant("decoupled_ppo_loss", "the mean weight over every token, padding included",
            LOSS.replace('"mean_weight": float(masked_mean(weights, mask))', '"mean_weight": float(weights.mean())')),
+    Mutant("truncated_importance_weights", "exp(diff).clamp(max=cap) * mask: NaN on -inf padding when cap=None "
+           "(a learner's)", '''
+        weights = torch.exp(proximal_logps - behaviour_logps).detach()
+        if cap is not None:
+            weights = weights.clamp(max=cap)
+        return weights * mask
+    '''),
+    Mutant("effective_sample_size", "answers a 0-d tensor, not a Python float", '''
+        kept = weights[mask.bool()]
+        if kept.numel() == 0 or float((kept * kept).sum()) == 0.0:
+            return 1.0
+        return kept.sum() ** 2 / (kept * kept).sum() / kept.numel()
+    '''),
+    Mutant("decoupled_ppo_loss", "the caller's cap not passed on: None or 5 silently become 2.0 (a learner's)",
+           LOSS.replace("truncated_importance_weights(proximal_logps, behaviour_logps, mask, cap)",
+                        "truncated_importance_weights(proximal_logps, behaviour_logps, mask)")),
+    Mutant("decoupled_ppo_loss", "a per-row mean without a floor: NaN on an all-padding row (a learner's)",
+           LOSS.replace("loss = -masked_mean(objective, mask)",
+                        "loss = -((objective * mask).sum(dim=1) / mask.sum(dim=1)).mean()")),
+    Mutant("decoupled_ppo_loss", "the mean weight as a 0-d tensor, not a Python float",
+           LOSS.replace('"mean_weight": float(masked_mean(weights, mask))', '"mean_weight": masked_mean(weights, mask)')),
+    Mutant("decoupled_ppo_loss", "the clip hard-coded to 0.8/1.2, whatever the caller's clip",
+           LOSS.replace("ratio.clamp(1 - clip, 1 + clip)", "ratio.clamp(0.8, 1.2)").replace(
+               "(ratio < 1 - clip) | (ratio > 1 + clip)", "(ratio < 0.8) | (ratio > 1.2)")),
 ]

@@ -105,4 +105,57 @@ MUTANTS = [
     '''),
     Mutant("LeastLoadedService.next_replica", "forgets that an unhealthy replica is out",
            PICK.replace("if r.healthy and r.index not in exclude", "if r.index not in exclude")),
+    Mutant("Episode.append_turn", "tells a policy turn by `if version:`: a version-0 turn becomes the "
+           "environment's, never trained (a learner's)",
+           APPEND.replace("policy = logprobs is not None", "policy = bool(version)")),
+    Mutant("Episode.append_turn", "accepts log-probabilities that do not match the tokens", APPEND.replace(
+        "    raise ValueError(f\"{len(ids)} tokens but {len(logprobs)} log-probabilities\")", "    pass")),
+    Mutant("Episode.append_turn", "appends the tokens before checking their log-probabilities", '''
+        policy = logprobs is not None
+        self.ids += ids
+        if policy and len(logprobs) != len(ids):
+            raise ValueError(f"{len(ids)} tokens but {len(logprobs)} log-probabilities")
+        self.mask += [1.0 if policy else 0.0] * len(ids)
+        self.logprobs += list(logprobs) if policy else [0.0] * len(ids)
+        self.versions += [version if policy else -1] * len(ids)
+    '''),
+    Mutant("Episode.version", "skips version 0 with the environment's -1 (`if v > 0`)",
+           "return min(v for v in self.versions if v > 0)"),
+    Mutant("Episode.version", "the version of the first policy turn, taken to be the oldest",
+           "return next(v for v, owner in zip(self.versions, self.mask) if owner)"),
+    Mutant("Episode.version", "tells policy tokens by a non-zero log-probability",
+           "return min(v for v, logprob in zip(self.versions, self.logprobs) if logprob)"),
+    Mutant("run_episode", "an empty reply when the tool call fails (a learner's)", LOOP.replace(
+        '        reply = await tools.route("call", prompt.table, request)\n',
+        '        try:\n            reply = await tools.route("call", prompt.table, request)\n'
+        '        except Exception:\n            reply = ""\n')),
+    Mutant("run_episode", "its own fixed timeout around the tool call (a learner's)", LOOP.replace(
+        'reply = await tools.route("call", prompt.table, request)',
+        'reply = await asyncio.wait_for(tools.route("call", prompt.table, request), 0.5)').replace(
+        "    for _ in range", "    import asyncio\n    for _ in range")),
+    Mutant("run_episode", "asks the tool for the prompt's letter, not the policy's request (a learner's)",
+           LOOP.replace('tools.route("call", prompt.table, request)', 'tools.route("call", prompt.table, prompt.name)')),
+    Mutant("run_episode", "`room < 0`: an episode at exactly max_tokens gets another turn (a learner's)",
+           LOOP.replace("if room <= 0:", "if room < 0:")),
+    Mutant("run_episode", "drops the turn's version: every turn recorded as version 0",
+           LOOP.replace("episode.append_turn(turn.ids, turn.logprobs, turn.version)",
+                        "episode.append_turn(turn.ids, turn.logprobs, 0)")),
+    Mutant("run_episode", "the last turn allowed ends on the turn limit before it is read", LOOP.replace(
+        "    for _ in range(limits.max_turns):", "    for number in range(limits.max_turns):").replace(
+        "        kind, request = task.parse(task.decode(turn.ids))\n",
+        "        if number == limits.max_turns - 1:\n            break\n"
+        "        kind, request = task.parse(task.decode(turn.ids))\n")),
+    Mutant("run_episode", "shows the policy only its own tokens, not the tool's replies", LOOP.replace(
+        "episode.prompt_ids + episode.ids,",
+        "episode.prompt_ids + [t for t, m in zip(episode.ids, episode.mask) if m],")),
+    Mutant("LeastLoadedService.next_replica", "ties by distance from the cursor, without wrapping around", '''
+        candidates = [r for r in self.replicas if r.healthy and r.index not in exclude]
+        if not candidates:
+            return None
+        best = min(candidates, key=lambda replica: (replica.in_flight, replica.index - self.cursor))
+        self.cursor = (best.index + 1) % len(self.replicas)
+        return best
+    '''),
+    Mutant("LeastLoadedService.next_replica", "moves the cursor one step on, not just past the pick",
+           PICK.replace("self.cursor = (best.index + 1) % count", "self.cursor = (self.cursor + 1) % count")),
 ]

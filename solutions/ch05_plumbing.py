@@ -30,9 +30,11 @@ async def wait_for_generation(supervisor: Supervisor, generation: int, timeout: 
         status = await asyncio.wait_for(supervisor.status.call_one(), timeout)
         if status["generation"] >= generation:
             return status
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"the supervisor is still at generation {status['generation']} after {timeout} s: "
-                               "is __supervise__ respawning the child?")
+        if time.monotonic() > deadline:  # it answers, so this is no hang: say what it has not done
+            raise AssertionError(
+                f"the supervisor still runs generation {status['generation']} after {timeout} s, with "
+                f"{len(status['failures'])} death(s) recorded: __supervise__ has not replaced the dead child. "
+                "Each death of the current child starts the next generation (spawn_child)")
         await asyncio.sleep(0.05)
 
 

@@ -76,7 +76,8 @@ class ReplayBuffer(Actor):
         """Store `group`; False (and counted as refused) if it is too stale to ever be trained on."""
         # >>> TODO(ch09): refuse a group that is already too stale; else keep it and wake anyone waiting
         # A refused group's id goes to self.ledger.refused_stale, and put answers False. A kept group
-        # goes to the end of self.groups, waiting samplers are woken (self.arrived), and put answers True.
+        # goes to the end of self.groups, every waiting sampler is woken (self.arrived; each may wait for
+        # something else, so not just one), and put answers True.
         if self._too_stale(group):
             self.ledger.refused_stale.append(group.id)
             return False
@@ -92,7 +93,8 @@ class ReplayBuffer(Actor):
         # >>> TODO(ch09): drop what went stale, wait for `count` fresh groups, hand out the oldest ones once
         # self.learner_version becomes learner_version (it never goes down). Groups too stale for it are
         # dropped into self.ledger.dropped_stale, also those that turn stale while you wait. Wait at most
-        # `timeout` seconds for `count` groups, woken by self.arrived (answer None if they don't come).
+        # `timeout` seconds in all for `count` groups, woken by self.arrived (answer None if they don't come):
+        # the time counts from the call, and a wake-up that leaves you short does not restart it.
         # Hand out the oldest `count`, each once, and add their ids to self.ledger.trained.
         self.learner_version = max(self.learner_version, learner_version)
 
@@ -160,9 +162,9 @@ async def continuous_training(learner, buffer: ReplayBuffer, steps: int, batch_g
     """
     # >>> TODO(ch09): `steps` training steps, each on `batch_groups` groups within the lag bound; then stop all
     # Ask the buffer for groups against the learner's current version (0 before the first step; then
-    # the version train answered). None means nothing came in time: ask again. Each train call is
-    # awaited (at most TIMEOUT). However this ends, even by an error, `stop` must be set: the rollout
-    # loops wait for it.
+    # the version train answered). None means nothing came in time: ask again. Every call (sample,
+    # train) is awaited, at most TIMEOUT each. However this ends, even by an error or a cancellation,
+    # `stop` must be set: the rollout loops wait for it.
     results, version = [], 0
     try:
         while len(results) < steps:

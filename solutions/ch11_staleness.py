@@ -53,11 +53,12 @@ def truncated_importance_weights(proximal_logps: torch.Tensor, behaviour_logps: 
     """[N, T] per-token weights min(p_proximal / p_behaviour, cap); exactly 0 where mask is 0."""
     # >>> TODO(ch11): each token's importance weight, proximal over behaviour, capped at `cap`; 0 on padding
     # The weights are a constant of the loss: no gradient flows through them, even when an input
-    # carries one. cap=None means no cap.
+    # carries one. cap=None means no cap. Padding weighs exactly 0 whatever its log-probabilities hold
+    # (-inf included, where the ratio is inf or nan).
     weights = torch.exp(proximal_logps - behaviour_logps).detach()
     if cap is not None:
         weights = weights.clamp(max=cap)
-    return weights * mask
+    return torch.where(mask.bool(), weights, torch.zeros_like(weights))  # padding: 0, even where the ratio is nan
     # <<< TODO
 
 
@@ -87,7 +88,8 @@ def decoupled_ppo_loss(logps: torch.Tensor, proximal_logps: torch.Tensor, behavi
     # token is w * min(r * A, clip(r, 1 - clip, 1 + clip) * A), or w * r * A when clip is None.
     # loss = -masked_mean(objective, mask). Stats, each like the loss a masked_mean (per response, then
     # over responses): "clip_fraction" of r outside [1 - clip, 1 + clip] (0.0 without a clip),
-    # "mean_weight" of w; and "ess", the effective_sample_size of w.
+    # "mean_weight" of w; and "ess", the effective_sample_size of w. The caller's clip and cap (None
+    # included) are the ones used; a response of padding only counts 0, never NaN. Stats: Python floats.
     weights = truncated_importance_weights(proximal_logps, behaviour_logps, mask, cap)
     ratio = torch.exp(logps - proximal_logps)
     per_token_advantage = advantages[:, None]

@@ -66,6 +66,8 @@ class Episode:
         # >>> TODO(ch12): append the turn's tokens, and per token: who wrote it, its log-probability, its version
         # Every list keeps one entry per token of self.ids. A policy turn comes with a log-probability
         # per token and the version that sampled it; an environment turn (a tool reply) with neither.
+        # A turn given log-probabilities is the policy's, whatever its version (0 included); one whose
+        # log-probabilities do not match its tokens one for one is refused (ValueError), nothing appended.
         policy = logprobs is not None
         if policy and len(logprobs) != len(ids):
             raise ValueError(f"{len(ids)} tokens but {len(logprobs)} log-probabilities")
@@ -80,7 +82,8 @@ class Episode:
         """The policy version of this episode, for the staleness bound: that of its oldest policy token."""
         # >>> TODO(ch12): the version of the oldest policy token (the environment's tokens have none)
         # Weights may change between two turns, so the tokens of one episode may come from several
-        # versions. The episode is only as fresh as its oldest one.
+        # versions, in any order (each turn may come from another generator). The episode is only as
+        # fresh as its oldest one; version 0 is a version like any other.
         return min(v for v, owner in zip(self.versions, self.mask) if owner)
         # <<< TODO
 
@@ -99,8 +102,11 @@ async def run_episode(policy, tools, task: VaultTask, prompt: VaultPrompt, limit
     # The sequence is only ever token ids: the policy's turns as sampled (their stop token too), the
     # tools' replies as reply_ids gives them. Never re-encode text. A turn that is not a tool call is
     # the answer: the episode ends ("answer"). It also ends after limits.max_turns policy turns
-    # ("turns"), and before a turn when it holds limits.max_tokens tokens ("tokens"); a turn never has
-    # more than limits.max_new tokens, nor more than the room left. Set episode.ended to the reason.
+    # ("turns"), and before a turn when it holds limits.max_tokens tokens or more ("tokens"); a turn
+    # never has more than limits.max_new tokens, nor more than the room left. Set episode.ended to the
+    # reason. The tool is asked for what the policy's turn requests (task.parse). A failed tool call
+    # fails the episode (it raises; never an empty reply in its place), and the tools' Service alone
+    # bounds a call's time (its call_timeout): add no timeout of your own.
     for _ in range(limits.max_turns):
         room = limits.max_tokens - len(episode.ids)
         if room <= 0:
@@ -131,7 +137,7 @@ class LeastLoadedService(Service):
         """The healthy replica not in `exclude` with the fewest requests in flight; None if there is none."""
         # >>> TODO(ch12): the fewest requests in flight among the healthy replicas not excluded; ties: round robin
         # Among equals, the first at or after self.cursor (wrapping around) wins, and the cursor moves
-        # just past it, as in chapter 06.
+        # just past it, as in chapter 06. With no candidate: None, and the cursor stays.
         count = len(self.replicas)
         in_order = [self.replicas[(self.cursor + step) % count] for step in range(count)]
         candidates = [r for r in in_order if r.healthy and r.index not in exclude]

@@ -5,15 +5,20 @@ in it is a TODO, and docs/12_multi_turn_tools.md explains the task.
                  partial credit; the tokenizer, and how turns and tool replies are written
   ToolWorker     a tool server, one of a pool behind chapter 06's Service: answers a call after a
                  latency with a slow tail (and a worker may be slow on purpose)
-  tools_tokenizer  a character tokenizer that also merges "\\n=" into one token, as real tokenizers
-                 merge across what were separate turns: re-encoding a transcript changes its tokens
+  tools_tokenizer  a character tokenizer that also merges "\\n=" into one token: re-encoding a
+                 transcript changes its tokens where it merges across what were separate turns (real
+                 tokenizers merge at other boundaries; Qwen2's and GPT-2's split "\\n=" itself)
 
 One episode, as text (the policy writes the lines marked >, the tool the one marked <):
 
     find c        the prompt: the table is hidden, one digit per letter a-e
-  > ?c            a tool call: look up c (the turn ends with its stop token, a newline)
-  < =7            the tool's reply
-  > !7            the answer (then <eos>)
+  > ?c            a tool call: look up c
+  < =7            the tool's reply (and a newline)
+  > !7            the answer
+
+A policy turn ends at a stop token (a newline or <eos>) or after Limits.max_new tokens. The base
+policy writes "?c" and a newline, "!7" and <eos>; a trained one may fill its tokens instead ("?ea",
+"!56"): the tool reads only the character after "?", the reward only the digit after "!".
 """
 
 from __future__ import annotations
@@ -41,8 +46,8 @@ TEMPLATE = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
 def tools_tokenizer():
     """One token per character, except "\\n=" (a newline followed by "="), which is one token.
 
-    A policy turn ends with "\\n" and a tool reply starts with "=", each sampled or encoded on its
-    own; the same text encoded in one piece merges them. So the trained tokens are the sampled
+    A policy turn may end with "\\n" and a tool reply starts with "=", each sampled or encoded on
+    its own; the same text encoded in one piece merges them. So the trained tokens are the sampled
     ones only if the transcript is built from token ids, never re-encoded from its text.
     """
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers

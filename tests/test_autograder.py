@@ -51,8 +51,10 @@ def autograder_zip(tmp_path_factory):
 def test_the_zip_has_gradescopes_scripts_and_pristine_exercises(autograder_zip):
     names = set(zipfile.ZipFile(autograder_zip).namelist())
     assert {"setup.sh", "run_autograder", "pyproject.toml", "conftest.py", "koans/cli.py", "koans/autograder.py",
-            "tests/test_ch01_hello_actor.py", "solutions/ch01_hello_actor.py", "exercises/ch01_hello_actor.py"} <= names
+            "tests/test_ch01_hello_actor.py", "exercises/ch01_hello_actor.py", "koans/edition.json"} <= names
     assert not any("__pycache__" in name or name.startswith(".koans") for name in names)
+    assert not any(name.startswith(("solutions/", "mutants/")) for name in names), \
+        "the grading image holds no reference answers where submitted code could read them"
     zipped = zipfile.ZipFile(autograder_zip)
     for script in ("setup.sh", "run_autograder"):
         assert (zipped.getinfo(script).external_attr >> 16) & 0o111, f"{script} must be executable"
@@ -60,7 +62,7 @@ def test_the_zip_has_gradescopes_scripts_and_pristine_exercises(autograder_zip):
     assert zipped.read("exercises/ch01_hello_actor.py").decode() == make_exercise(solution.read_text(), str(solution)), \
         "students' files are graded against the original stubs, whatever the instructor's exercises/ holds"
     setup = zipped.read("setup.sh").decode()
-    assert "torch==2.13.0" in setup and "--no-index --find-links" in setup
+    assert "torch==2.13.0" in setup and "--no-index --find-links" in setup and "useradd" in setup
 
 
 def test_setup_installs_offline_from_the_wheels_in_the_zip(tmp_path):
@@ -102,7 +104,7 @@ def test_run_autograder_grades_a_partly_solved_submission(autograder_zip, tmp_pa
         assert entry["status"] in ("passed", "failed")
     ch01 = [t for t in results["tests"] if t["name"].startswith("ch01")]
     ch02 = [t for t in results["tests"] if t["name"].startswith("ch02")]
-    assert len(ch01) == 9 and all(t["status"] == "passed" and t["score"] == t["max_score"] for t in ch01)
+    assert len(ch01) >= 9 and all(t["status"] == "passed" and t["score"] == t["max_score"] for t in ch01)
     assert sum(t["score"] for t in ch01) == pytest.approx(10.0, abs=0.01), "chapter 01: full marks"
     assert len(ch02) >= 12 and all(t["status"] == "failed" and t["score"] == 0 for t in ch02), "chapter 02: zero"
     assert all("TODO(ch02)" in t["output"] for t in ch02), "each failure says which TODO"

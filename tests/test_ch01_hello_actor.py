@@ -10,6 +10,7 @@ import math
 import os
 
 import pytest
+import torch
 from monarch.actor import this_proc
 
 from koans.testing import STARTUP_TIMEOUT, TIMEOUT
@@ -23,6 +24,20 @@ def remote_procs(shared_procs):
 
 def greeter_here(chapter, name):
     return this_proc().spawn("greeter", chapter.Greeter, name)
+
+
+# --- TODO 1: Greeter.greet -------------------------------------------------------------------------
+# Contract, clause by clause (the test that holds each):
+#   - returns exactly "Hello, <who>! I am <name> (greeting #<n>)."
+#       -> test_greet_returns_the_greeting
+#   - n counts this greeting too: the first is #1
+#       -> test_greet_returns_the_greeting
+#   - the count survives between calls
+#       -> test_state_is_kept_across_calls
+#   - the count is this actor's own, not shared with another greeter in the process
+#       -> test_each_actor_has_its_own_state
+#   - the same endpoint answers when awaited from async code
+#       -> test_futures_can_be_awaited_in_async_code
 
 
 @pytest.mark.todo("Greeter.greet")
@@ -58,6 +73,20 @@ def test_futures_can_be_awaited_in_async_code(chapter, remote_procs):
     assert replies == ["Hello, Edsger! I am Barbara (greeting #1).", "Hello, Edsger! I am Barbara (greeting #2)."]
 
 
+# --- TODO 2: Greeter.whereabouts -------------------------------------------------------------------
+# Contract, clause by clause (the test that holds each):
+#   - the keys are exactly pid, host and device
+#       -> test_this_proc_runs_the_actor_in_our_own_process
+#   - pid is the actor's own process (ours under this_proc(), another on a new mesh)
+#       -> test_this_proc_runs_the_actor_in_our_own_process, test_a_proc_mesh_runs_the_actor_in_another_process
+#   - host is the machine's host name
+#       -> test_a_proc_mesh_runs_the_actor_in_another_process
+#   - device is what the actor's process sees: "cpu" without a GPU
+#       -> test_the_actor_reports_the_device_its_process_sees
+#   - ... and "cuda" when its process sees one (asked of torch, not assumed)
+#       -> test_the_device_is_asked_of_torch_not_assumed
+
+
 @pytest.mark.todo("Greeter.whereabouts")
 def test_this_proc_runs_the_actor_in_our_own_process(chapter):
     where = greeter_here(chapter, "Ada").whereabouts.call_one().get(timeout=TIMEOUT)
@@ -80,6 +109,29 @@ def test_the_actor_reports_the_device_its_process_sees(chapter, remote_procs, de
     assert where["device"] == device.type, f"this machine computes on {device.type!r}"
 
 
+@pytest.mark.todo("Greeter.whereabouts")
+def test_the_device_is_asked_of_torch_not_assumed(chapter, monkeypatch):
+    """A stand-in GPU: this process is made to report one visible CUDA device, and the actor runs here."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    if hasattr(torch, "accelerator"):
+        monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
+        monkeypatch.setattr(torch.accelerator, "device_count", lambda: 1)
+        monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda *args, **kwargs: torch.device("cuda"))
+    where = greeter_here(chapter, "Ada").whereabouts.call_one().get(timeout=TIMEOUT)
+    assert where["device"] == "cuda", (
+        f"this process now sees a GPU, yet the actor reported {where['device']!r}: ask torch what the actor's "
+        "process can see (\"cuda\" when it sees a GPU), do not assume \"cpu\"")
+
+
+# --- TODO 3: start_one_process ---------------------------------------------------------------------
+# Contract, clause by clause (the test that holds each):
+#   - a mesh of exactly one process
+#       -> test_start_one_process_makes_a_mesh_of_one_new_process
+#   - a new process, not the caller's own
+#       -> test_start_one_process_makes_a_mesh_of_one_new_process
+
+
 @pytest.mark.todo("start_one_process")
 def test_start_one_process_makes_a_mesh_of_one_new_process(chapter):
     procs = chapter.start_one_process()
@@ -97,6 +149,16 @@ def test_start_one_process_makes_a_mesh_of_one_new_process(chapter):
             procs.stop().get(timeout=STARTUP_TIMEOUT)
 
 
+# --- TODO 4: spawn_greeter -------------------------------------------------------------------------
+# Contract, clause by clause (the test that holds each):
+#   - the greeter lives on the mesh it is given (this_proc() or a new one)
+#       -> test_spawn_greeter_works_on_any_proc_mesh
+#   - `name` reaches the greeter's __init__
+#       -> test_spawn_greeter_works_on_any_proc_mesh, test_each_greeter_is_spawned_under_its_own_name
+#   - the actor is spawned under `name`, so logs and failure reports tell greeters apart
+#       -> test_each_greeter_is_spawned_under_its_own_name
+
+
 @pytest.mark.todo("spawn_greeter")
 def test_spawn_greeter_works_on_any_proc_mesh(chapter, remote_procs):
     here = chapter.spawn_greeter(this_proc(), "Ada")
@@ -108,3 +170,25 @@ def test_spawn_greeter_works_on_any_proc_mesh(chapter, remote_procs):
         f"spawn_greeter(this_proc(), ...) should put its greeter in this process ({os.getpid()}) and "
         f"spawn_greeter(remote_procs, ...) in the other one; they answered from pids {pids}: use the ProcMesh "
         "you are given")
+
+
+class RecordingProcs:
+    """Stands in for a ProcMesh: spawns in this process, and records the name each actor was spawned under."""
+
+    def __init__(self):
+        self.names = []
+
+    def spawn(self, name, actor_class, *args, **kwargs):
+        self.names.append(name)
+        return this_proc().spawn(name, actor_class, *args, **kwargs)
+
+
+@pytest.mark.todo("spawn_greeter")
+def test_each_greeter_is_spawned_under_its_own_name(chapter):
+    procs = RecordingProcs()
+    for name in ("Ada", "Grace"):
+        greeter = chapter.spawn_greeter(procs, name)
+        assert greeter.greet.call_one("you").get(timeout=TIMEOUT) == f"Hello, you! I am {name} (greeting #1)."
+    assert procs.names == ["Ada", "Grace"], (
+        f"the greeters were spawned under the actor names {procs.names}: spawn each under its own `name`, so that "
+        "Monarch's logs and failure reports tell them apart")

@@ -4,9 +4,10 @@ import os
 import time
 
 import pytest
-from monarch._rust_bindings.monarch_hyperactor.supervision import SupervisionError  # not re-exported in 0.7
+from monarch.actor import ActorError
 
 from koans import harness
+from koans.monarch_compat import SupervisionError
 from koans.testing import TIMEOUT
 
 NUMBERS = list(range(1, 101))
@@ -25,6 +26,20 @@ def procs(shared_procs):
 def workers(chapter, procs):
     """A fresh mesh of 4 Workers (one per process) for each test."""
     return chapter.spawn_workers(procs)
+
+
+# --- TODO 1: Worker.whoami -------------------------------------------------------------------------
+# Contract, clause by clause (the test that holds each):
+#   - the reply holds spawn_coords, message_coords, message_size and pid, each coordinate a plain dict
+#       -> test_each_actor_knows_its_own_coordinates
+#   - pid is the actor's own process: one per actor of the mesh
+#       -> test_call_reaches_every_actor_in_its_own_process
+#   - spawn_coords is where the actor was spawned, whatever view the message comes through
+#       -> test_a_slice_renumbers_the_message_not_the_actor, test_spawning_on_a_slice_of_the_proc_mesh_uses_only_those_processes
+#   - message_coords and message_size are the message's view: a slice renumbers them
+#       -> test_a_slice_renumbers_the_message_not_the_actor, test_call_one_needs_exactly_one_actor
+#   - on a mesh of two dimensions both name every dimension
+#       -> test_coordinates_and_size_name_every_dimension_of_a_two_dimensional_mesh
 
 
 @pytest.mark.todo("Worker.whoami")
@@ -55,11 +70,32 @@ def test_a_slice_renumbers_the_message_not_the_actor(workers):
 
 
 @pytest.mark.todo("Worker.whoami")
+def test_coordinates_and_size_name_every_dimension_of_a_two_dimensional_mesh(workers):
+    grid = workers.split(procs=("rows", "cols"), cols=2)
+    replies = grid.whoami.call().get(timeout=TIMEOUT)
+    for point, me in replies.items():
+        assert me["message_coords"] == dict(point), f"the actor at {dict(point)} saw the message at {me['message_coords']}"
+        assert me["message_size"] == {"rows": 2, "cols": 2}, (
+            f"on a 2x2 mesh the message's size is {{'rows': 2, 'cols': 2}}, got {me['message_size']}: report every "
+            "dimension, not one of them")
+
+
+@pytest.mark.todo("Worker.whoami")
 def test_call_one_needs_exactly_one_actor(workers):
     me = workers.slice(procs=3).whoami.call_one().get(timeout=TIMEOUT)
     assert me["spawn_coords"] == {"procs": 3}
     with pytest.raises(ValueError, match="exactly 1 actor"):
         workers.whoami.call_one()
+
+
+# --- TODO 2: Worker.add ----------------------------------------------------------------------------
+# Contract, clause by clause (the test that holds each):
+#   - adds `amount` to this actor's tally and answers the new tally
+#       -> test_state_belongs_to_one_actor
+#   - the tally is the actor's own (broadcast, choose and call each reach the right ones)
+#       -> test_broadcast_returns_nothing_yet_arrives_before_later_messages, test_choose_sends_each_message_to_exactly_one_actor
+#   - a crashed process fails its caller; the others keep their state
+#       -> test_a_crashed_process_fails_its_caller_and_spares_the_others
 
 
 @pytest.mark.todo("Worker.add")
@@ -104,6 +140,16 @@ def test_a_crashed_process_fails_its_caller_and_spares_the_others(chapter, fresh
     assert len(harness.recorded_faults) > faults_before, "the crash reached the fault hook, which recorded it"
 
 
+# --- TODO 3: Worker.sum_my_share -------------------------------------------------------------------
+# Contract, clause by clause (the test that holds each):
+#   - sums the squares of numbers[rank::size], rank and size as the message sees them
+#       -> test_each_rank_does_its_own_share_of_the_work
+#   - through a slice the shares split among the slice's own actors
+#       -> test_a_slice_shares_the_work_among_its_own_actors
+#   - size is the product of every dimension (not one of them, not their sum): on 2-D meshes and their slices the shares cover the list exactly once
+#       -> test_shares_cover_the_list_exactly_once_on_a_mesh_of_two_dimensions
+
+
 @pytest.mark.todo("Worker.sum_my_share")
 def test_each_rank_does_its_own_share_of_the_work(workers):
     parts = workers.sum_my_share.call(NUMBERS).get(timeout=TIMEOUT)
@@ -118,6 +164,44 @@ def test_a_slice_shares_the_work_among_its_own_actors(workers):
     assert [part for _, part in parts] == [squares(NUMBERS[r::3]) for r in range(3)], (
         "through a 3-actor slice, shares are numbers[rank::3] with the message's rank"
     )
+
+
+def shares_on(view):
+    """Each actor's share through `view`, by its flat message rank; an ActorError's cause in words."""
+    try:
+        parts = view.sum_my_share.call(NUMBERS).get(timeout=TIMEOUT)
+    except ActorError as error:
+        pytest.fail(f"sum_my_share failed on a mesh of dimensions {dict(view.sizes)}: {str(error)[-300:]}\n"
+                    "A mesh can have any dimensions, not just 'procs': the message's size is the product of all "
+                    "of them, and its rank the flat rank over all of them (current_rank().rank)")
+    return {point.rank: part for point, part in parts.items()}
+
+
+@pytest.mark.todo("Worker.sum_my_share")
+@pytest.mark.parametrize("shape", [{"rows": 2, "cols": 2}, {"rows": 4, "cols": 1}], ids=["2x2", "4x1"])
+def test_shares_cover_the_list_exactly_once_on_a_mesh_of_two_dimensions(workers, shape):
+    grid = workers.split(procs=("rows", "cols"), cols=shape["cols"])
+    assert dict(grid.sizes) == shape
+    size = shape["rows"] * shape["cols"]
+    parts = shares_on(grid)
+    assert parts == {rank: squares(NUMBERS[rank::size]) for rank in range(size)}, (
+        f"on a {shape['rows']}x{shape['cols']} mesh each of the {size} actors sums numbers[rank::{size}]: the size "
+        "is the product of the dimensions (not their sum, not one of them), so the shares cover the list once")
+    rows = grid.slice(rows=slice(0, 2))  # a slice that keeps both dimensions
+    parts = shares_on(rows)
+    count = 2 * shape["cols"]
+    assert sum(parts.values()) == squares(NUMBERS) and len(parts) == count, (
+        f"through a {dict(rows.sizes)} slice the {count} actors' shares should add up to the whole list's sum")
+
+
+# --- TODO 4: sum_of_squares ------------------------------------------------------------------------
+# Contract, clause by clause (the test that holds each):
+#   - calls every worker of the mesh or slice it is given and adds all their values
+#       -> test_sum_of_squares_combines_the_value_mesh
+#   - an empty list sums to 0
+#       -> test_sum_of_squares_combines_the_value_mesh
+#   - waits at most the caller's `timeout`: a worker that never answers raises TimeoutError
+#       -> test_sum_of_squares_waits_at_most_its_timeout
 
 
 @pytest.mark.todo("sum_of_squares", "Worker.sum_my_share")

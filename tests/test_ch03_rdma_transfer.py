@@ -24,7 +24,14 @@ def owner_and_reader(chapter, procs, test_tag):
     return owner, reader
 
 
-# --- TODO 1: expose -----------------------------------------------------------
+# --- TODO 1: expose --------------------------------------------------------------------------------
+# Contract, clause by clause (the test that holds each):
+#   - a handle carries the buffer, dtype and element count, and is tiny next to the payload
+#       -> test_the_handle_is_tiny_next_to_the_payload
+#   - refuses, in order: not a tensor (TypeError), not 1-D, not contiguous, empty (ValueError), each with its message
+#       -> test_expose_refuses_what_rdma_cannot_point_at_by_the_right_rule
+#   - points at the tensor's own memory, so a reader sees later in-place updates
+#       -> test_a_reread_sees_in_place_updates, test_a_flat_view_of_a_matrix_shares_its_memory_with_the_reader
 
 
 @pytest.mark.todo("expose")
@@ -58,7 +65,18 @@ def test_expose_refuses_what_rdma_cannot_point_at_by_the_right_rule(chapter, bad
     assert str(caught.value) == getattr(chapter, message)(bad), f"expected the {message}() message"
 
 
-# --- TODO 2: pull_into ----------------------------------------------------------
+# --- TODO 2: pull_into -----------------------------------------------------------------------------
+# Contract, clause by clause (the test that holds each):
+#   - the remote bytes arrive equal, for every dtype
+#       -> test_the_bytes_arrive_equal, test_the_client_can_pull_too
+#   - fills the caller's destination and returns that same tensor
+#       -> test_the_client_can_pull_too
+#   - refuses, in order: another dtype (even of the same item size), not 1-D or not contiguous, another count
+#       -> test_pull_into_refuses_a_wrong_destination_by_the_right_rule
+#   - the caller's `timeout` is the read's own (passed to read_into, not its default)
+#       -> test_pull_into_waits_at_most_the_callers_timeout
+#   - a read that times out raises TimeoutError to the caller (no stale destination returned)
+#       -> test_pull_into_waits_at_most_the_callers_timeout
 
 
 @pytest.mark.todo("pull_into")
@@ -101,6 +119,7 @@ def test_a_reread_sees_in_place_updates(owner_and_reader):
     "destination, message",
     [
         (torch.empty(8, dtype=torch.float16), "wrong_dtype"),
+        (torch.empty(8, dtype=torch.int32), "wrong_dtype"),  # as many bytes per item, yet another dtype
         (torch.empty(7, dtype=torch.float16), "wrong_dtype"),  # dtype and count wrong: dtype comes first
         (torch.empty(2, 4, dtype=torch.float16), "wrong_dtype"),  # dtype and layout wrong: dtype comes first
         (torch.empty(2, 4), "wrong_layout"),
@@ -109,7 +128,7 @@ def test_a_reread_sees_in_place_updates(owner_and_reader):
         (torch.empty(7), "wrong_count"),
         (torch.empty(9), "wrong_count"),  # bigger is refused too: the chapter wants exactly the handle's size
     ],
-    ids=["dtype", "dtype-and-count", "dtype-and-layout", "2-D", "2-D-and-count", "strided", "short", "long"],
+    ids=["dtype", "dtype-same-itemsize", "dtype-and-count", "dtype-and-layout", "2-D", "2-D-and-count", "strided", "short", "long"],
 )
 def test_pull_into_refuses_a_wrong_destination_by_the_right_rule(chapter, destination, message):
     handle = chapter.expose(torch.arange(8, dtype=torch.float32))
@@ -150,8 +169,14 @@ def test_pull_into_waits_at_most_the_callers_timeout(chapter):
         outcome = asyncio.run(asyncio.wait_for(pull(), 10))
     except TimeoutError:
         outcome = "still waiting after 10 s"
-    assert outcome == "gave up", (f"pull_into(..., timeout=1) on a remote end that never answers: {outcome}. "
-                                  "Wait at most the caller's `timeout`: pass it to read_into")
+    asked = handle.buffer.timeouts
+    assert asked, f"pull_into(..., timeout=1) never called read_into on the handle's buffer ({outcome})"
+    assert asked == [1], (
+        f"read_into was asked to wait {asked[0]} s, but the caller gave timeout=1. The caller's timeout is the read's "
+        "own: hand it to read_into, which ends the read itself (not its default, and not a wait_for around it)")
+    assert outcome == "gave up", (
+        f"the read gave up after the caller's 1 s, yet pull_into {'returned' if outcome == 'read' else outcome}: "
+        "let read_into's TimeoutError reach the caller, who must not mistake a stale destination for fresh bytes")
 
 
 @pytest.mark.todo("expose", "pull_into")
@@ -167,7 +192,12 @@ def test_a_flat_view_of_a_matrix_shares_its_memory_with_the_reader(chapter, proc
     )
 
 
-# --- TODO 3: TensorOwner.send_copy ------------------------------------------------
+# --- TODO 3: TensorOwner.send_copy -----------------------------------------------------------------
+# Contract, clause by clause (the test that holds each):
+#   - the reply is the tensor itself: every byte in the message
+#       -> test_a_message_carries_every_byte
+#   - a copy is a snapshot: later updates do not reach it, while a handle sees them
+#       -> test_a_copy_is_a_snapshot_and_a_handle_is_a_pointer
 
 
 @pytest.mark.todo("TensorOwner.send_copy")

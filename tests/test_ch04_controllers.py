@@ -25,6 +25,12 @@ def workers(chapter, procs, sink_name):
     return procs.spawn(f"workers_{sink_name}", chapter.Worker, sink_name)
 
 
+# --- TODO 1: MetricsSink.record --------------------------------------------------------------------
+# Contract, clause by clause (the test that holds each):
+#   - keeps each (source, metric, value) record and answers how many it now holds
+#       -> test_the_sink_keeps_every_record
+
+
 @pytest.mark.todo("MetricsSink.record")
 def test_the_sink_keeps_every_record(chapter, sink_name):
     sink = this_proc().spawn(sink_name, chapter.MetricsSink, "test")
@@ -33,6 +39,18 @@ def test_the_sink_keeps_every_record(chapter, sink_name):
     assert counts == [1, 2, 3], "record() answers how many records the sink holds"
     summary = sink.summary.call_one().get(timeout=TIMEOUT)
     assert summary == {"loss": {"count": 3, "total": 6.0, "sources": ["a", "b"]}}
+
+
+# --- TODO 2: find_sink -----------------------------------------------------------------------------
+# Contract, clause by clause (the test that holds each):
+#   - the first caller creates the sink with its own created_by, in the root process
+#       -> test_the_first_caller_creates_it_in_the_root_process, test_a_worker_can_be_the_first_caller
+#   - every later caller gets that same actor; its arguments are ignored
+#       -> test_later_callers_get_the_same_one_and_their_arguments_are_ignored, test_every_process_gets_the_same_instance
+#   - the sink is found by the `name` given
+#       -> test_every_process_gets_the_same_instance
+#   - waits at most the caller's `timeout`
+#       -> test_find_sink_waits_at_most_the_callers_timeout
 
 
 @pytest.mark.todo("find_sink")
@@ -86,6 +104,18 @@ def test_a_worker_can_be_the_first_caller(sink_name, workers):
     assert made["pid"] == os.getpid(), "even when a worker creates it, it lives in the root process"
 
 
+# --- TODO 3: Worker.work ---------------------------------------------------------------------------
+# Contract, clause by clause (the test that holds each):
+#   - answers the sum of squares of `items`
+#       -> test_workers_report_to_the_sink_without_being_given_it
+#   - records items_done = len(items) in the sink found by name
+#       -> test_workers_report_to_the_sink_without_being_given_it
+#   - the source is worker<rank> with the worker's own (spawn) rank, even through a slice
+#       -> test_a_worker_reports_under_its_own_rank_even_through_a_slice
+#   - waits for the record's reply before returning
+#       -> test_work_waits_for_the_sinks_reply
+
+
 @pytest.mark.todo("Worker.work")
 def test_work_waits_for_the_sinks_reply(chapter, plumbing, procs, sink_name):
     """A sink that refuses every record: a work() that waited for the reply learns it and fails; one that
@@ -109,3 +139,14 @@ def test_workers_report_to_the_sink_without_being_given_it(chapter, sink_name, w
     assert "items_done" in summary, "every worker records items_done in the sink it finds by name"
     assert summary["items_done"]["count"] == 3 and summary["items_done"]["total"] == 12.0
     assert sorted(summary["items_done"]["sources"]) == ["worker0", "worker1", "worker2"]
+
+
+@pytest.mark.todo("Worker.work")
+def test_a_worker_reports_under_its_own_rank_even_through_a_slice(chapter, sink_name, workers):
+    pair = workers.slice(procs=slice(1, 3))  # the message renumbers these two as 0 and 1
+    assert list(pair.work.call([1, 2]).get(timeout=STARTUP_TIMEOUT).values()) == [5, 5]
+    summary = chapter.find_sink("the test", sink_name, timeout=TIMEOUT).summary.call_one().get(timeout=TIMEOUT)
+    sources = sorted(summary["items_done"]["sources"])
+    assert sources == ["worker1", "worker2"], (
+        f"workers 1 and 2, called through a slice, reported as {sources}: the source is the worker's own rank "
+        "(self.rank, where it was spawned), not the message's rank, which a slice renumbers from 0")

@@ -3,7 +3,9 @@
 import asyncio
 
 import pytest
+from monarch.actor import ActorError
 
+from koans.monarch_compat import SupervisionError
 from koans.testing import STARTUP_TIMEOUT, TIMEOUT
 
 
@@ -41,6 +43,19 @@ def ask(endpoint, *args, timeout=TIMEOUT):
 
 
 # --- TODO 1: classify ---------------------------------------------------------------------
+# Contract, clause by clause (the test that holds each):
+#   1. a reply is "ok", its value the reply itself           -> test_a_reply_is_ok
+#   2. an endpoint that raised is "endpoint_error", no death -> test_an_exception_in_an_endpoint_is_not_a_death,
+#                                                               test_the_supervisor_tells_the_two_failures_apart
+#   3. an endpoint error's value is the exception itself     -> test_an_exception_in_an_endpoint_is_not_a_death
+#   4. a process that died is "died"                         -> test_a_dead_process_is_told_apart
+#   5. a death's value is the exception itself               -> test_a_dead_process_is_told_apart
+#   6. no reply within the given `timeout` is "timeout",
+#      its value a TimeoutError                              -> test_no_answer_in_time_is_a_timeout
+#   7. it waits with `await`: other tasks run meanwhile      -> test_waiting_lets_other_tasks_run
+#   8. every Outcome carries `where`                         -> test_a_reply_is_ok (and each test above)
+#   9. any other exception propagates                        -> test_other_errors_are_not_swallowed
+#  10. a cancel is not a timeout: CancelledError propagates  -> test_a_cancelled_caller_is_not_a_timeout
 
 
 @pytest.mark.todo("classify")
@@ -54,6 +69,9 @@ def test_a_reply_is_ok(chapter, child):
 def test_an_exception_in_an_endpoint_is_not_a_death(chapter, child):
     outcome = asyncio.run(chapter.classify(child.fail.call_one("bad request"), TIMEOUT, where="child"))
     assert outcome.kind == "endpoint_error", f"an endpoint that raises is an endpoint_error, got {outcome.kind}"
+    assert isinstance(outcome.value, ActorError), (
+        "an endpoint error's value is the exception itself (the ActorError caught), which a caller such as "
+        f"chapter 06's service raises again; got {type(outcome.value).__name__}: {outcome.value!r:.100}")
     assert "bad request" in str(outcome.value) and outcome.where == "child"
     assert asyncio.run(chapter.classify(child.ping.call_one(1), TIMEOUT)).ok, "after raising, the actor still answers"
 
@@ -95,6 +113,9 @@ def test_a_dead_process_is_told_apart(chapter, fresh_procs):
     assert asyncio.run(chapter.classify(doomed.ping.call_one(0), STARTUP_TIMEOUT)).ok
     outcome = asyncio.run(chapter.classify(doomed.crash.call_one(), TIMEOUT, where="doomed"))
     assert (outcome.kind, outcome.where) == ("died", "doomed"), f"a process that exits is 'died', got {outcome.kind}"
+    assert isinstance(outcome.value, SupervisionError), (
+        "a death's value is the exception itself (the SupervisionError caught), which a caller can raise or "
+        f"log; got {type(outcome.value).__name__}: {outcome.value!r:.100}")
 
 
 @pytest.mark.todo("classify")
@@ -104,6 +125,35 @@ def test_other_errors_are_not_swallowed(chapter):
 
     with pytest.raises(KeyError):
         asyncio.run(chapter.classify(broken(), TIMEOUT))
+
+
+@pytest.mark.todo("classify")
+def test_a_cancelled_caller_is_not_a_timeout(chapter):
+    """Cancelling the task that waits in classify (its caller gave up, or the program shuts down) must end that
+    task: CancelledError goes on up. Turned into an Outcome, the cancel is lost and the task runs on."""
+
+    async def scenario():
+        waiting = asyncio.Event()
+
+        async def never_answers():
+            waiting.set()
+            await asyncio.Event().wait()
+
+        task = asyncio.create_task(chapter.classify(never_answers(), TIMEOUT, where="child"))
+        started = asyncio.create_task(waiting.wait())
+        await asyncio.wait([task, started], timeout=TIMEOUT, return_when=asyncio.FIRST_COMPLETED)
+        started.cancel()
+        if not task.done():  # classify is waiting: cancel its caller's task now
+            task.cancel()
+        try:
+            return await task
+        except asyncio.CancelledError:
+            return "cancelled"
+
+    result = asyncio.run(scenario())
+    assert result == "cancelled", (
+        f"classify was cancelled while it waited, and returned {result!r}: a cancellation is not a timeout. "
+        "Let CancelledError propagate: catch only the three failures a call can have")
 
 
 @pytest.mark.todo("classify")
@@ -117,6 +167,47 @@ def test_the_supervisor_tells_the_two_failures_apart(supervised):
 
 
 # --- TODO 2: Supervisor.__supervise__ --------------------------------------------------------
+# Contract, clause by clause (the test that holds each):
+#   1. it knows its child by what it spawned it as
+#      (self.child_name), never by Monarch's names           -> test_the_child_is_known_by_what_it_was_spawned_as
+#   2. the current child's failure is recorded before the
+#      respawn: {"generation": the dead child's, "mesh": the
+#      failed mesh's name, "report": failure.report()}       -> test_the_child_is_known_by_what_it_was_spawned_as,
+#                                                               test_each_killed_child_is_detected_recorded_and_replaced_once
+#   3. and replaced: the next generation, on a new process   -> test_each_killed_child_is_detected_recorded_and_replaced_once
+#   4. each death is recorded and replaced once, however
+#      many failures report it                               -> test_a_death_reported_twice_is_replaced_once
+#   5. any other mesh (Monarch's own, whatever its name):
+#      nothing recorded or replaced                          -> test_monarchs_own_meshes_are_left_alone_whatever_their_names
+#   6. handled either way (True; False fails the supervisor) -> test_monarchs_own_meshes_are_left_alone_whatever_their_names,
+#                                                               test_a_death_is_handled_whatever_the_poll_interval
+#   7. it works whatever the supervision poll interval       -> test_a_death_is_handled_whatever_the_poll_interval
+
+REPORT = "the process this actor was running on exited with non-zero code 1"
+
+
+class Failure:
+    """What Monarch hands __supervise__, reduced to what it reads."""
+
+    def __init__(self, mesh_name):
+        self.mesh_name = mesh_name
+
+    def report(self):
+        return REPORT
+
+
+def bare_supervisor(chapter, child_name=lambda generation: f"child_g{generation}"):
+    """A Supervisor for its __supervise__ alone, at generation 1: no process is spawned; its spawn_child
+    only starts the next generation and names its child (`child_name(generation)`)."""
+    supervisor = chapter.Supervisor.__new__(chapter.Supervisor)
+    supervisor.generation, supervisor.failures, supervisor.child_name = 1, [], child_name(1)
+
+    def spawn_child():
+        supervisor.generation += 1
+        supervisor.child_name = child_name(supervisor.generation)
+
+    supervisor.spawn_child = spawn_child
+    return supervisor
 
 
 @pytest.mark.todo("Supervisor.__supervise__")
@@ -140,24 +231,42 @@ def test_each_killed_child_is_detected_recorded_and_replaced_once(plumbing, supe
 
 
 @pytest.mark.todo("Supervisor.__supervise__")
-def test_only_its_own_meshes_are_handled(chapter):
-    class Failure:  # what Monarch hands __supervise__, reduced to what it reads
-        def __init__(self, mesh_name):
-            self.mesh_name = mesh_name
+def test_the_child_is_known_by_what_it_was_spawned_as(chapter):
+    supervisor = bare_supervisor(chapter, child_name=lambda generation: f"replica_{'abc'[generation - 1]}")
+    handled = supervisor.__supervise__(Failure("replica_a-Xy12"))
+    assert supervisor.failures == [{"generation": 1, "mesh": "replica_a-Xy12", "report": REPORT}], (
+        "the current child's failure is recorded as {generation: the dead child's, mesh: the failed mesh's name, "
+        "report: failure.report()}. Know the child by what it was spawned as (self.child_name, here "
+        f"'replica_a'), not by a name you expect: got {supervisor.failures}")
+    assert (handled, supervisor.generation) == (True, 2), (
+        "the current child's failure is handled (True) by starting the next generation (spawn_child): "
+        f"got {handled!r}, generation {supervisor.generation}")
 
-        def report(self):
-            return "process exited"
 
-    supervisor = chapter.Supervisor.__new__(chapter.Supervisor)  # the method alone, without spawning a child
-    supervisor.generation, supervisor.failures = 1, []
-    supervisor.spawn_child = lambda: setattr(supervisor, "generation", supervisor.generation + 1)
-    assert supervisor.__supervise__(Failure("logger-abc")) is True, "Monarch's own log forwarder: handled, nothing to do"
-    assert (supervisor.generation, supervisor.failures) == (1, [])
-    assert supervisor.__supervise__(Failure("somebody_else")) is False, "not ours: pass it up the tree"
-    assert (supervisor.generation, supervisor.failures) == (1, [])
-    assert supervisor.__supervise__(Failure("child_g1-xyz")) is True
-    assert supervisor.generation == 2 and supervisor.failures == [
-        {"generation": 1, "mesh": "child_g1-xyz", "report": "process exited"}]
+@pytest.mark.todo("Supervisor.__supervise__")
+def test_monarchs_own_meshes_are_left_alone_whatever_their_names(chapter):
+    """Monarch runs meshes of its own on every process it starts (0.7: logger-..., 0.8: log_level-...); they
+    die with the child's process, and their failures come to the owner of that process too."""
+    supervisor = bare_supervisor(chapter)
+    for name in ("logger-atYxTPXoBfV", "log_level-7aqj9AHFNqQ", "a_helper_of_a_later_monarch-q1"):
+        handled = supervisor.__supervise__(Failure(name))
+        assert (supervisor.generation, supervisor.failures) == (1, []), (
+            f"{name!r} is not the child (that is {supervisor.child_name!r}): nothing to record or replace. "
+            f"Got generation {supervisor.generation}, failures {supervisor.failures}")
+        assert handled is True, (
+            f"{name!r}, a mesh Monarch runs on the child's process, returned {handled!r}: handle it (True), "
+            "whatever its name. False fails the supervisor itself, and passes the failure up")
+
+
+@pytest.mark.todo("Supervisor.__supervise__")
+def test_a_death_reported_twice_is_replaced_once(chapter):
+    supervisor = bare_supervisor(chapter)
+    for mesh in ("child_g1-xyz", "child_g1-xyz", "child_g2-abc"):  # the first death reported twice, then one more
+        assert supervisor.__supervise__(Failure(mesh)) is True
+    assert [(f["generation"], f["mesh"]) for f in supervisor.failures] == [(1, "child_g1-xyz"), (2, "child_g2-abc")], (
+        "each death is recorded once, however many failures report it: a second report of child_g1 comes after "
+        f"it was replaced (it is no longer self.child_name). Got {supervisor.failures}")
+    assert supervisor.generation == 3, f"each death is replaced once: two deaths, generation 3, not {supervisor.generation}"
 
 
 @pytest.mark.todo("Supervisor.__supervise__")

@@ -9,7 +9,8 @@ import asyncio
 import pytest
 from monarch.actor import ActorError
 
-from koans.testing import STARTUP_TIMEOUT, TIMEOUT
+from koans import harness
+from koans.testing import NEVER, STARTUP_TIMEOUT, TIMEOUT, StandIn, StuckForever, run_on_virtual_clock
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +65,34 @@ def four(chapter, idle_service):
     return idle_service
 
 
-# --- TODO 1: Service.next_replica -------------------------------------------------------------
+def service_here(chapter, plumbing, actors, **options):
+    """A Service whose replicas are stand-ins in this process (no Monarch process, nothing to close):
+    for the bookkeeping of route and mark_unhealthy, on a virtual clock."""
+
+    class Here(chapter.Service):
+        def _install_fault_filter(self):
+            pass
+
+        def _start_replica(self, index, generation):
+            return plumbing.Replica(index, None, actors[index], generation)
+
+    options.setdefault("auto_recover", False)
+    return Here(plumbing.Echo, replicas=len(actors), name="here", **options)
+
+
+def echo_here():
+    return StandIn(handle=lambda x: {"x": x, "y": x * x, "pid": 0})
+
+
+# --- TODO 1: Service.next_replica ---
+# Contract, clause by clause (the test that holds each):
+#   1. the first healthy replica at or after the cursor, wrapping around   -> test_next_replica_goes_round_robin_over_the_healthy_ones
+#   2. unhealthy replicas are skipped                                       -> test_next_replica_goes_round_robin_over_the_healthy_ones
+#   3. replicas in `exclude` are skipped                                    -> test_next_replica_goes_round_robin_over_the_healthy_ones
+#   4. None when no healthy replica is left outside `exclude`               -> test_next_replica_goes_round_robin_over_the_healthy_ones
+#   5. the cursor moves just past the replica returned (not one step on from where it was)
+#                                                                           -> test_next_replica_goes_round_robin_over_the_healthy_ones,
+#                                                                              test_round_robin_resumes_after_a_skip
 
 
 @pytest.mark.todo("Service.next_replica")
@@ -90,7 +118,16 @@ def test_round_robin_resumes_after_a_skip(four):
     assert [four.next_replica().index for _ in range(5)] == [3, 0, 1, 2, 3], "the next pick starts after 2"
 
 
-# --- TODO 2: Service.mark_unhealthy -----------------------------------------------------------
+# --- TODO 2: Service.mark_unhealthy ---
+# Contract, clause by clause (the test that holds each):
+#   1. the replica leaves rotation (healthy False)                          -> test_marking_takes_a_replica_out_once
+#   2. only the first report of a death counts                              -> test_marking_takes_a_replica_out_once
+#   3. a report about a replica no longer in self.replicas changes nothing  -> test_a_marked_replica_is_recovered_on_a_new_process_and_late_reports_change_nothing
+#   4. replica.failures grows by one: it counts every death at that index, carried into each replacement
+#                                                                           -> test_marking_adds_one_death_to_those_already_counted_at_that_index
+#   5. stats.replica_failures grows by one                                  -> test_marking_takes_a_replica_out_once
+#   6. recovery starts only with auto_recover                               -> test_marking_takes_a_replica_out_once,
+#                                                                              test_a_marked_replica_is_recovered_on_a_new_process_and_late_reports_change_nothing
 
 
 @pytest.mark.todo("Service.mark_unhealthy")
@@ -125,7 +162,37 @@ def test_a_marked_replica_is_recovered_on_a_new_process_and_late_reports_change_
     assert new_pid != old_pid, "the replacement runs in a new process"
 
 
-# --- TODO 3: Service.route --------------------------------------------------------------------
+@pytest.mark.todo("Service.mark_unhealthy")
+def test_marking_adds_one_death_to_those_already_counted_at_that_index(four):
+    replica = four.replicas[2]
+    replica.failures = 2  # two deaths at index 2 before: a replacement carries its predecessors' count
+    four.mark_unhealthy(replica, "died a third time")
+    assert replica.failures == 3, (
+        f"replica.failures is {replica.failures} after a third death at index 2: it counts every death seen at "
+        "that index (the replacement carries it on), so a report adds one to it, it does not set it")
+    assert four.snapshot()["replica_failures"] == 1, "and the service counts this death once"
+
+
+# --- TODO 3: Service.route ---
+# Contract, clause by clause (the test that holds each):
+#   1. the reply of the first replica that answers comes back; requests spread round robin
+#                                                                           -> test_requests_spread_evenly
+#   2. a death is retried on another replica, and costs no request          -> test_a_replica_killed_mid_stream_costs_no_request_and_comes_back,
+#                                                                              test_many_requests_in_flight_survive_kills
+#   3. an endpoint error goes back to the caller, unretried (the ActorError itself) -> test_an_endpoint_error_goes_back_to_the_caller_unretried
+#   4. at most self.attempts tries, each on a replica not tried yet, even one healthy again by then
+#                                                                           -> test_a_replica_that_does_not_answer_in_time_is_retried_elsewhere_and_never_again,
+#                                                                              test_when_every_attempt_fails_the_error_lists_each_one
+#   5. each call waits at most self.call_timeout (the service's, not a default)
+#                                                                           -> test_each_try_waits_the_services_call_timeout,
+#                                                                              test_a_replica_that_does_not_answer_in_time_is_retried_elsewhere_and_never_again
+#   6. a death or timeout marks the replica it called unhealthy, and only that one (a replacement now at
+#      its index stays in rotation)                                         -> test_a_late_failure_marks_the_replica_called_not_its_replacement
+#   7. each failed try is recorded as Attempt(index, kind, summary); stats.retries counts tries after the first
+#                                                                           -> test_when_every_attempt_fails_the_error_lists_each_one
+#   8. nobody left to try: stats.failed, ServiceUnavailable (no try made: it says so)
+#                                                                           -> test_when_every_attempt_fails_the_error_lists_each_one
+#   9. sessions stick to their replica while it is healthy                 -> test_sessions_stick_and_move_only_when_their_replica_dies_and_fanout_skips_it
 
 
 @pytest.mark.todo("Service.route")
@@ -151,8 +218,14 @@ def test_a_replica_killed_mid_stream_costs_no_request_and_comes_back(plumbing, m
         await service.wait_recovered(timeout=STARTUP_TIMEOUT)
         return before, killed, answers, await service.fanout("whoami")
 
+    faults_before = len(harness.recorded_faults)
     before, killed, answers, answering = aio.run(scenario())
     assert answers == [i * i for i in range(30)], "every request is answered, the kill notwithstanding"
+    unexpected = [str(getattr(f, "mesh_name", f)) for f in harness.recorded_faults[faults_before:]]
+    assert not unexpected, (
+        f"the kill of our own replica reached the job's fault hook as {unexpected}: the given ReplicaPool expects "
+        "its replicas' deaths and those of the meshes Monarch keeps on every process "
+        "(koans.monarch_compat.MONARCH_PROCESS_MESHES); a new Monarch may have added one there")
     snapshot = service.snapshot()
     assert snapshot["failed"] == 0 and snapshot["replica_failures"] == 1
     assert snapshot["retries"] >= 1, "the request that hit the dead replica was retried elsewhere"
@@ -262,6 +335,60 @@ def test_a_replica_that_does_not_answer_in_time_is_retried_elsewhere_and_never_a
         "even when it is healthy again by then")
     assert service.snapshot()["retries"] == 1, (
         "one retry: the second attempt. When no replica is left to try, there is no third try to count")
+
+
+@pytest.mark.todo("Service.route")
+def test_a_late_failure_marks_the_replica_called_not_its_replacement(chapter, plumbing):
+    """A request waits on replica 0, which hangs. Meanwhile another request's report got replica 0 replaced
+    (recovery put a new one at index 0). When this request's call times out, it reports the replica it
+    called, which is gone already: the replacement must stay in rotation. On a virtual clock."""
+    service = service_here(chapter, plumbing, [StandIn(handle=NEVER), echo_here()], call_timeout=5.0)
+    old = service.replicas[0]
+
+    async def scenario():
+        async def replaced_meanwhile():
+            await asyncio.sleep(1)
+            old.healthy = False  # another request saw it die...
+            service.replicas[0] = plumbing.Replica(0, None, echo_here(), generation=2)  # ...and it was replaced
+
+        replacing = asyncio.create_task(replaced_meanwhile())
+        reply = await service.route("handle", 3)
+        await replacing
+        return reply
+
+    try:
+        reply = run_on_virtual_clock(scenario())
+    except StuckForever:
+        pytest.fail("route waited forever for a replica that never answers: wait at most self.call_timeout")
+    assert reply["y"] == 9, "the retry on replica 1 answers"
+    new = service.replicas[0]
+    assert new.generation == 2 and new.healthy, (
+        "the request's call to the old replica 0 failed after that replica had been replaced, and route took the "
+        "replacement out of rotation: report the replica you called (mark_unhealthy ignores one already "
+        "replaced), not whatever now holds its index")
+
+
+@pytest.mark.todo("Service.route")
+def test_each_try_waits_the_services_call_timeout(chapter, plumbing):
+    """Two replicas that never answer, call_timeout 5 s, on a virtual clock: the request gives up after two
+    tries of 5 s each, at t=10, with one timeout per replica."""
+    service = service_here(chapter, plumbing, [StandIn(handle=NEVER), StandIn(handle=NEVER)], call_timeout=5.0)
+
+    async def scenario():
+        try:
+            await service.route("handle", 1)
+        except chapter.ServiceUnavailable as err:
+            return [(a.replica, a.outcome) for a in err.attempts], asyncio.get_running_loop().time()
+        return None, None
+
+    try:
+        attempts, at = run_on_virtual_clock(scenario())
+    except StuckForever:
+        pytest.fail("route waited forever for a replica that never answers: each call waits at most self.call_timeout")
+    assert attempts == [(0, "timeout"), (1, "timeout")], f"attempts {attempts}: one timeout on each replica"
+    assert at == pytest.approx(10.0), (
+        f"two tries on replicas that never answer gave up at t={at:g} s, not 10: each call waits the service's "
+        "call_timeout (5 s here), not a default")
 
 
 # --- The given fault filter: a pool's replicas may die; nobody else's failures are swallowed ---------------

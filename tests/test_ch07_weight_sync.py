@@ -9,7 +9,8 @@ import pytest
 import torch
 from monarch.actor import this_proc
 
-from koans.testing import NEVER, STARTUP_TIMEOUT, TIMEOUT, StandIn
+from koans.testing import (NEVER, STARTUP_TIMEOUT, TIMEOUT, AwaitedStandIn, StandIn, StuckForever,
+                           run_on_virtual_clock)
 
 TRANSPORTS = ["shm", "rdma"]
 
@@ -88,7 +89,15 @@ def hold_reader_halfway(gen, gate):
     return sync
 
 
-# --- TODO 1: WeightStore.claim -------------------------------------------------------------------
+# --- TODO 1: WeightStore.claim ---
+# Contract, clause by clause (the test that holds each):
+#   1. each free slot is handed out once, marked as being written; none free: None, counted in
+#      counts["skipped_claims"]                                   -> test_claim_hands_out_each_free_slot_once_then_skips
+#   2. never the latest version's slot                            -> test_claim_never_answers_the_slot_of_the_latest_version
+#   3. never a slot under a live lease                            -> test_claim_never_answers_a_slot_a_reader_holds
+#   4. a lease older than lease_timeout_s is dropped and counted (expired_leases) before the busy slots
+#      are worked out, so it blocks nothing; its reader learns it from release
+#                                                                 -> test_a_lease_older_than_the_timeout_is_dropped_at_the_next_claim
 
 
 @pytest.mark.todo("WeightStore.claim")
@@ -136,7 +145,19 @@ def test_a_lease_older_than_the_timeout_is_dropped_at_the_next_claim(store_here)
     assert ask(store.release, held.lease) is False, "the reader learns, when it gives the lease back, that it had lost it"
 
 
-# --- TODO 2: WeightPublisher.publish -------------------------------------------------------------
+# --- TODO 2: WeightPublisher.publish ---
+# Contract, clause by clause (the test that holds each):
+#   1. a claimed slot: staged and committed in order, version recorded and answered
+#                                                                 -> test_published_versions_reach_the_store_in_order
+#   2. no slot: count self.skipped, answer None at once, never wait for a reader
+#                                                                 -> test_publish_skips_instead_of_waiting_when_every_slot_is_busy
+#   3. the claim waits at most self.timeout                       -> test_publish_waits_for_the_store_at_most_its_timeout
+#   4. the claim is awaited, never waited on with a blocking .get() (the trainer's event loop runs on)
+#                                                                 -> test_publish_awaits_the_store_and_never_blocks_the_trainers_loop
+#   5. publish answers while the copy still runs; the commit comes when the copy is done
+#                                                                 -> test_publish_returns_while_the_copy_still_runs
+#   6. a refused publish (version not newer, other shapes) changes nothing -> test_versions_only_increase
+#   7. a skipped last version still goes out once a slot frees    -> test_a_last_version_skipped_for_busy_slots_still_goes_out
 
 
 @pytest.mark.todo("WeightPublisher.publish")
@@ -213,6 +234,20 @@ def test_publish_waits_for_the_store_at_most_its_timeout(chapter):
 
 
 @pytest.mark.todo("WeightPublisher.publish")
+def test_publish_awaits_the_store_and_never_blocks_the_trainers_loop(chapter):
+    """A store whose calls can only be awaited. A blocking .get() on the claim would work on a real store (Monarch
+    only warns), but it stops the trainer's whole event loop until the store answers."""
+    store = AwaitedStandIn(register=lambda layout, offers: None, claim=lambda: None)  # every slot busy: a skip
+    publisher = chapter.WeightPublisher({"w": torch.zeros(8)}, store, timeout=5.0)
+    try:
+        answer = run_on_virtual_clock(publisher.publish({"w": torch.zeros(8)}, version=1))
+    finally:
+        publisher.staging.close()
+    assert (answer, publisher.skipped, len(store.claim.calls)) == (None, 1, 1), (
+        "one claim, answered None: publish skips (answers None, counts self.skipped)")
+
+
+@pytest.mark.todo("WeightPublisher.publish")
 def test_publish_returns_while_the_copy_still_runs(chapter, plumbing, procs, monkeypatch, aio):
     """The copy into the slot is held at a gate: publish must answer anyway (the copy goes on in the
     background), and the version is committed only when the copy is done."""
@@ -285,7 +320,27 @@ def test_a_last_version_skipped_for_busy_slots_still_goes_out(plumbing, weight_s
     ask(store.release, leases[1].lease)
 
 
-# --- TODO 3: SnapshotReader.pull_and_load ---------------------------------------------------------
+# --- TODO 3: SnapshotReader.pull_and_load ---
+# Contract, clause by clause (the test that holds each):
+#   1. asks for a version newer than ours; nothing newer: None, nothing loaded
+#                                                                 -> test_after_a_sync_the_generator_is_bit_equal_to_the_published_version
+#   2. a good load: weights bit-equal to the version, self.version recorded and answered (any transport, dtype)
+#                                                                 -> test_after_a_sync_the_generator_is_bit_equal_to_the_published_version,
+#                                                                    test_the_generator_may_hold_another_dtype, test_a_hugging_face_qwen2_in_bf16_with_tied_embeddings
+#   3. the load runs under the lease, and the lease goes back whatever happens (an error too)
+#                                                                 -> test_the_trainer_keeps_stepping_while_a_slow_reader_holds_a_lease,
+#                                                                    test_a_mismatched_generator_gets_a_clear_error_and_releases_its_lease
+#   4. release answered False: count self.lost_leases and load again, never keep the torn load
+#                                                                 -> test_a_reader_whose_lease_expired_never_keeps_a_torn_load
+#   5. at most self.attempts loads, then RuntimeError; each lease given back
+#                                                                 -> test_a_reader_that_keeps_losing_its_lease_gives_up_after_its_attempts
+#   6. `halfway` goes to every load, a reload too                 -> test_every_load_gets_halfway_a_reload_too
+#   7. acquire waits at most self.timeout                          -> test_pull_waits_for_the_store_at_most_its_timeout
+#   8. release waits at most self.timeout too                      -> test_pull_waits_for_a_release_at_most_its_timeout
+#   9. every call to the store is awaited, never a blocking .get() -> test_every_load_gets_halfway_a_reload_too
+#  10. versions only go up while training races the syncs          -> test_syncs_racing_training_are_never_torn_and_versions_only_increase
+#  11. a wrong layout or transport is a clear error, lease released -> test_a_mismatched_generator_gets_a_clear_error_and_releases_its_lease,
+#                                                                    test_forcing_a_transport_that_is_not_offered_is_a_clear_error
 
 
 @pytest.mark.todo("SnapshotReader.pull_and_load")
@@ -399,6 +454,59 @@ def test_a_reader_that_keeps_losing_its_lease_gives_up_after_its_attempts(chapte
     assert (loads, reader.lost_leases, reader.version) == ([3, 3, 3], 3, 0), (
         "three loads, each lost its lease: count each, keep none of them (our version stays 0), then raise")
     assert len(store.release.calls) == 3, "every lease is given back"
+
+
+@pytest.mark.todo("SnapshotReader.pull_and_load")
+def test_pull_waits_for_a_release_at_most_its_timeout(chapter):
+    """The store stops answering after handing out the lease (its process hung). On a virtual clock."""
+    snapshot = types.SimpleNamespace(version=3, lease=7)
+    store = StandIn(acquire=lambda newer_than: snapshot, release=NEVER)
+    reader = chapter.SnapshotReader(store, {"w": torch.zeros(8)}, timeout=5.0)
+
+    async def load(snap, halfway=None):  # the copy itself is not what this test is about
+        await asyncio.sleep(0)
+
+    reader.load = load
+
+    async def scenario():
+        try:
+            await reader.pull_and_load()
+        except TimeoutError:
+            return "gave up"
+        return "answered"
+
+    try:
+        outcome = run_on_virtual_clock(scenario())
+    except StuckForever:
+        pytest.fail("pull_and_load waited for release() with no timeout, on a store that never answers: it would "
+                    "hang the generator forever. Every call to the store waits at most self.timeout")
+    assert outcome == "gave up", f"release never answered, yet pull_and_load {outcome}: it must raise TimeoutError"
+    assert reader.version == 0, "a load whose lease was never confirmed is not kept"
+
+
+@pytest.mark.todo("SnapshotReader.pull_and_load")
+def test_every_load_gets_halfway_a_reload_too(chapter):
+    """The first lease is lost (release answers False), so the reader loads again. A test's gate (halfway) must
+    be able to hold that reload too. The store here refuses a blocking .get(): calls are awaited."""
+    snapshots = iter([types.SimpleNamespace(version=3, lease=7), types.SimpleNamespace(version=4, lease=8)])
+    held = iter([False, True])
+    store = AwaitedStandIn(acquire=lambda newer_than: next(snapshots), release=lambda lease: next(held))
+    reader = chapter.SnapshotReader(store, {"w": torch.zeros(8)})
+    given = []
+
+    async def load(snap, halfway=None):
+        given.append((snap.version, halfway))
+        await asyncio.sleep(0)
+
+    async def gate():
+        pass
+
+    reader.load = load
+    answer = run_on_virtual_clock(reader.pull_and_load(halfway=gate))
+    assert (answer, reader.lost_leases) == (4, 1), "the first lease was lost: load again, the newest version"
+    assert given == [(3, gate), (4, gate)], (
+        f"the loads got halfway={[h.__name__ if h else h for _, h in given]}: pass `halfway` to every load, "
+        "the reload after a lost lease too (a test may hold any load halfway)")
 
 
 @pytest.mark.todo("SnapshotReader.pull_and_load")

@@ -48,7 +48,17 @@ def volume(box):
     return count
 
 
-# --- TODO 1: shard_box --------------------------------------------------------------------------
+# --- TODO 1: shard_box ---
+# Contract, clause by clause (the test that holds each):
+#   1. DTensor's split: share size ceil(length / parts), the last shares short or empty
+#                                                          -> test_boxes_follow_torchs_uneven_chunking, test_boxes_match_torch_on_generated_layouts
+#   2. an empty share has length 0 at the end of the dimension (its full size)  -> test_boxes_match_torch_on_generated_layouts
+#   3. mesh dimensions in order; a second split of one tensor dim splits the first's share, offsets added
+#                                                          -> test_boxes_follow_torchs_uneven_chunking, test_boxes_match_torch_on_generated_layouts
+#   4. each mesh dimension splits by its own size (2-D meshes, 1 x n and n x 1 too) -> test_boxes_match_torch_on_generated_layouts
+#   5. Replicate() leaves the box as it is                  -> test_boxes_follow_torchs_uneven_chunking
+#   6. the boxes cover the tensor once per replica          -> test_destination_boxes_cover_the_tensor_exactly_once_per_replica
+#   7. one placement and one coordinate per mesh dimension, else ValueError (given)  -> test_boxes_follow_torchs_uneven_chunking
 
 
 @pytest.mark.todo("shard_box")
@@ -92,7 +102,12 @@ def test_destination_boxes_cover_the_tensor_exactly_once_per_replica(chapter):
         assert bool((coverage == replicas).all()), f"{shape} on {mesh} {placements}: covered {coverage.unique().tolist()} times"
 
 
-# --- TODO 2: intersect ------------------------------------------------------------------------------
+# --- TODO 2: intersect ---
+# Contract, clause by clause (the test that holds each):
+#   1. per dimension, from the larger start to the smaller end  -> test_intersect_known_boxes, test_intersect_agrees_with_masks_on_generated_boxes
+#   2. boxes that only touch do not overlap: None              -> test_intersect_known_boxes
+#   3. an empty overlap, or an empty box, is None (never a box of length 0) -> test_intersect_known_boxes,
+#                                                                             test_intersect_agrees_with_masks_on_generated_boxes
 
 
 @pytest.mark.todo("intersect")
@@ -129,7 +144,17 @@ def test_intersect_agrees_with_masks_on_generated_boxes(chapter):
             assert torch.equal(expected, both), (a, b, got)
 
 
-# --- TODO 3: plan_transfer ------------------------------------------------------------------------
+# --- TODO 3: plan_transfer ---
+# Contract, clause by clause (the test that holds each):
+#   1. one entry per destination rank, flat row-major ranks     -> test_plans_deliver_every_element_once_on_generated_layouts
+#   2. every element of a destination's box delivered exactly once, the right bytes (local slices on both sides)
+#                                                              -> test_plans_deliver_every_element_once_on_generated_layouts,
+#                                                                 test_two_row_shards_to_four_column_shards
+#   3. only overlaps move: the bytes moved are the destination boxes -> test_bytes_moved_are_the_overlaps_and_less_than_a_full_gather
+#   4. replicas: each overlap from one replica, the one at position dst_rank % len(replicas), dst_rank being
+#      the flat destination rank (not a coordinate), on 1-D and 2-D meshes
+#                                                              -> test_replicated_sources_share_the_load,
+#                                                                 test_replicas_are_picked_by_the_flat_destination_rank_on_2d_meshes
 
 
 def execute_in_memory(chapter, shape, src_mesh, src_placements, dst_mesh, dst_placements, plan):
@@ -188,7 +213,36 @@ def test_replicated_sources_share_the_load(chapter):
     assert {pieces[0].src for pieces in plan.values()} == {0, 1}, "the destinations spread over both replicas"
 
 
-# --- TODO 4: ShardHolder.pull ----------------------------------------------------------------------------
+# Expected by the contract (the replica at position dst_rank % len(replicas), ranks ascending), written out.
+SPREAD_CASES = [  # (src mesh, src placements, dst mesh, dst placements, per destination rank: the sources pulled)
+    ((2,), [Replicate()], (1, 4), [Replicate(), Shard(1)], [[0], [1], [0], [1]]),
+    ((2,), [Replicate()], (4, 1), [Shard(0), Replicate()], [[0], [1], [0], [1]]),
+    ((2, 2), [Replicate(), Replicate()], (2, 2), [Shard(0), Shard(1)], [[0], [1], [2], [3]]),
+    ((3,), [Replicate()], (2, 3), [Shard(0), Shard(1)], [[0], [1], [2], [0], [1], [2]]),
+    ((2, 2), [Shard(0), Replicate()], (1, 4), [Replicate(), Shard(1)], [[0, 2], [1, 3], [0, 2], [1, 3]]),
+]
+
+
+@pytest.mark.todo("plan_transfer")
+@pytest.mark.parametrize("src_mesh, src_placements, dst_mesh, dst_placements, expected", SPREAD_CASES,
+                         ids=[f"{'x'.join(map(str, c[0]))}-to-{'x'.join(map(str, c[2]))}" for c in SPREAD_CASES])
+def test_replicas_are_picked_by_the_flat_destination_rank_on_2d_meshes(chapter, src_mesh, src_placements, dst_mesh,
+                                                                       dst_placements, expected):
+    plan = chapter.plan_transfer((8, 12), src_mesh, src_placements, dst_mesh, dst_placements)
+    got = [sorted(p.src for p in plan[rank]) for rank in sorted(plan)]
+    assert got == expected, (
+        f"{src_placements} on {src_mesh} -> {dst_placements} on {dst_mesh}: destinations pulled from {got}, not "
+        f"{expected}. Pick the replica at position dst_rank % len(replicas), where dst_rank is the flat "
+        "(row-major) destination rank: a mesh coordinate such as coord[0] is 0 for every rank of a 1 x n mesh")
+
+
+# --- TODO 4: ShardHolder.pull ---
+# Contract, clause by clause (the test that holds each):
+#   1. every piece lands in its own region, in that region's shape (strided regions too)
+#                                                              -> test_pull_puts_each_piece_in_its_place_even_a_strided_one
+#   2. every read starts before any is waited for              -> test_pull_starts_every_read_before_waiting_for_any
+#   3. answers the bytes read                                  -> test_pull_puts_each_piece_in_its_place_even_a_strided_one
+#   4. a real DTensor arrives bit for bit as redistribute gives it -> test_a_real_dtensor_moves_between_meshes_bit_for_bit_as_redistribute
 
 
 @pytest.mark.todo("ShardHolder.pull")

@@ -6,7 +6,8 @@ import time
 import pytest
 import torch
 
-from koans.testing import STARTUP_TIMEOUT, TIMEOUT, StandIn, checking
+from koans.testing import (NEVER, STARTUP_TIMEOUT, TIMEOUT, AwaitedStandIn, StandIn, StuckForever, checking,
+                           run_on_virtual_clock)
 
 SEEDS = [0, 1, 2]
 
@@ -49,7 +50,22 @@ def ids(groups):
     return [g.id for g in groups]
 
 
-# --- TODO 1: ReplayBuffer.put -----------------------------------------------------------------
+def here(buffer, name):
+    """Endpoint `name` of a ReplayBuffer made in this process, as a plain coroutine function (its code alone)."""
+    method = type(buffer).__dict__[name]._method
+    return getattr(method, "__wrapped__", method).__get__(buffer)  # a @concurrent_endpoint wraps its code
+
+
+# --- TODO 1: ReplayBuffer.put ---
+# Contract, clause by clause (the test that holds each):
+#   1. a fresh group is kept, at the end of self.groups, and put answers True -> test_put_keeps_fresh_groups
+#   2. a group already too stale (lag > max_lag, not >=) is refused: False, its id in
+#      ledger.refused_stale (not dropped_stale), nothing kept         -> test_put_refuses_a_group_that_is_already_too_stale
+#   3. a kept group wakes whoever waits on self.arrived                -> test_put_wakes_whoever_waits_for_groups
+#   4. it wakes every waiter, not just one (each may wait for something else) -> test_put_wakes_every_waiter_not_just_one
+#   5. a put goes through while a sample waits, and wakes it            -> test_a_waiting_sample_does_not_block_puts
+#   (given code it runs with: a rollout in flight at stop is finished; the generator's random stream is
+#    seeded once, not per rollout)                                      -> test_rollouts_fill_the_buffer_until_stopped
 
 
 @pytest.mark.todo("ReplayBuffer.put")
@@ -83,7 +99,50 @@ def test_put_wakes_whoever_waits_for_groups(chapter, plumbing, procs, test_tag):
             "A kept group must notify self.arrived")
 
 
-# --- TODO 2: ReplayBuffer.sample ----------------------------------------------------------------
+@pytest.mark.todo("ReplayBuffer.put")
+def test_put_wakes_every_waiter_not_just_one(chapter):
+    """Two waiters asleep on self.arrived, one put: both must wake. notify() wakes only the first; if that one
+    waits for more groups than there are, it sleeps again, and the second, which one group would satisfy,
+    sleeps on until its timeout."""
+    buffer = chapter.ReplayBuffer(1)
+    woken = []
+
+    async def waiter(name):
+        async with buffer.arrived:
+            await buffer.arrived.wait()
+        woken.append(name)
+
+    async def scenario():
+        waiters = [asyncio.create_task(waiter(name)) for name in ("first", "second")]
+        await asyncio.sleep(1)  # both are asleep on self.arrived now
+        kept = await here(buffer, "put")(group(chapter, "g0", 0))
+        await asyncio.sleep(1)  # whoever was woken has run by now
+        for task in waiters:
+            task.cancel()
+        return kept
+
+    kept = run_on_virtual_clock(scenario())
+    assert kept is True
+    assert sorted(woken) == ["first", "second"], (
+        f"two waiters slept on self.arrived and one put woke {woken or 'neither'}: a kept group must wake every "
+        "waiter (notify_all), since each may wait for something different")
+
+
+# --- TODO 2: ReplayBuffer.sample ---
+# Contract, clause by clause (the test that holds each):
+#   1. the `count` oldest groups, in order, each handed out once, ids to ledger.trained
+#                                                                      -> test_sample_hands_out_the_oldest_groups_once
+#   2. groups too stale for the learner's version are dropped into ledger.dropped_stale
+#                                                                      -> test_sample_drops_groups_that_went_stale_while_waiting
+#   3. also those that turn stale while it waits (checked on every wake)
+#                                                                      -> test_groups_that_turn_stale_while_sample_waits_are_dropped
+#   4. self.learner_version takes the larger of the two: it never goes down -> test_the_learner_version_never_goes_down
+#   5. a waiting sample lets puts through (it gives up the lock while it waits), and a put wakes it
+#                                                                      -> test_a_waiting_sample_does_not_block_puts
+#   6. None when `count` groups do not come within the caller's timeout (the caller's, not a default)
+#                                                                      -> test_sample_gives_none_when_nothing_comes_within_the_callers_timeout
+#   7. that timeout counts from the call, in all: arrivals that wake it while too few do not restart it
+#                                                                      -> test_a_sample_waits_its_timeout_in_all_however_often_arrivals_wake_it
 
 
 @pytest.mark.todo("ReplayBuffer.sample")
@@ -107,18 +166,37 @@ def test_sample_drops_groups_that_went_stale_while_waiting(chapter, buffer):
 
 
 @pytest.mark.todo("ReplayBuffer.sample", "ReplayBuffer.put")
-def test_a_waiting_sample_does_not_block_puts(chapter, buffer):
-    events = []
+def test_a_waiting_sample_does_not_block_puts(chapter, plumbing, procs, test_tag):
+    """A sample waits for three groups while a probe, beside it, also waits on self.arrived. Three puts: if the
+    probe was never woken, put is at fault (it woke nobody); if it was, whatever else went wrong is sample's."""
+    buffer = procs.slice(procs=0).spawn("probe_" + test_tag, plumbing.ArrivalProbe, 1)  # the chapter's buffer
+    woken = buffer.woken_within.call_one(TIMEOUT)
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while buffer.listeners.call_one().get(timeout=STARTUP_TIMEOUT) == 0:
+        assert time.monotonic() < deadline, "the probe never started waiting"
+        time.sleep(0.01)
     waiting = buffer.sample.call_one(3, 0, TIMEOUT)  # the buffer is empty: this waits
+    events = []
     for i in range(3):
-        accepted = buffer.put.call_one(group(chapter, f"g{i}", 0)).get(timeout=STARTUP_TIMEOUT)
+        try:
+            accepted = buffer.put.call_one(group(chapter, f"g{i}", 0)).get(timeout=STARTUP_TIMEOUT)
+        except TimeoutError as err:
+            with checking("ReplayBuffer.sample"):
+                raise AssertionError(
+                    f"put g{i} got no answer while a sample waited: the waiting sample keeps the buffer to itself. "
+                    "While it waits it must give up the condition's lock (wait on self.arrived, in a "
+                    "@concurrent_endpoint)") from err
         events.append(f"put g{i} -> {accepted}")
-    events.append(f"sample -> {ids(waiting.get(timeout=TIMEOUT) or [])}")
-    with checking("ReplayBuffer.sample"):  # put's own part (waking the waiter) has a test of its own above
-            assert events == ["put g0 -> True", "put g1 -> True", "put g2 -> True", "sample -> ['g0', 'g1', 'g2']"], (
-            "puts must go through while sample waits (a @concurrent_endpoint, so give up the condition's lock "
-            "while you wait), and a sample woken by them hands out the three groups"
-        )
+    with checking("ReplayBuffer.put"):
+        assert events == ["put g0 -> True", "put g1 -> True", "put g2 -> True"], events
+        assert woken.get(timeout=2 * TIMEOUT), (
+            "three groups were put while a probe waited on self.arrived, and none of the puts woke it: a kept "
+            "group must notify self.arrived (so the waiting sample sleeps on too)")
+    events.append(f"sample -> {ids(waiting.get(timeout=2 * TIMEOUT) or [])}")
+    with checking("ReplayBuffer.sample"):  # put woke the probe: the sample was woken too
+        assert events[-1] == "sample -> ['g0', 'g1', 'g2']", (
+            f"{events[-1]}: the puts went through and woke the waiters on self.arrived, but the waiting sample "
+            "did not hand out the three groups. On each wake, check again whether `count` groups are there")
 
 
 @pytest.mark.todo("ReplayBuffer.sample")
@@ -142,9 +220,12 @@ def test_groups_that_turn_stale_while_sample_waits_are_dropped(chapter, plumbing
     for name in ("new1", "new2"):
         assert buffer.put.call_one(group(chapter, name, 2)).get(timeout=TIMEOUT) is True
     batch = waiting.get(timeout=2 * TIMEOUT)
-    assert batch is not None and ids(batch) == ["new1", "new2"], (
-        f"sample handed out {ids(batch) if batch else batch}: drop what went stale on every wake, not only once "
-        "before waiting")
+    assert batch is not None, (
+        "sample answered None though two fresh groups came while it waited (a put woke it each time): on each "
+        "wake, drop what went stale, then check again whether `count` groups are there")
+    assert ids(batch) == ["new1", "new2"], (
+        f"sample handed out {ids(batch)}: the learner moved on while it waited, so 'old' turned stale. Drop what "
+        "went stale on every wake, not only once before waiting")
     assert buffer.close.call_one().get(timeout=TIMEOUT).dropped_stale == ["old"]
 
 
@@ -159,7 +240,54 @@ def test_the_learner_version_never_goes_down(chapter, buffer):
             "take the buffer's version back down (keep the larger)")
 
 
-# --- TODO 3: continuous_training, against stand-ins: precise, and quick ---------------------------
+@pytest.mark.todo("ReplayBuffer.sample")
+def test_a_sample_waits_its_timeout_in_all_however_often_arrivals_wake_it(chapter):
+    """sample(3, timeout=10 s) while one group comes every 4 s (on a virtual clock: no real time passes). Each
+    arrival wakes it, with too few groups. The timeout runs from the call: None at t=10, before the third."""
+    buffer = chapter.ReplayBuffer(1)
+
+    async def scenario():
+        loop = asyncio.get_running_loop()
+
+        async def timed_sample():
+            answer = await here(buffer, "sample")(3, 0, 10.0)
+            return answer, loop.time()
+
+        waiting = asyncio.create_task(timed_sample())
+        for i in range(5):
+            await asyncio.sleep(4)
+            if waiting.done():
+                break
+            await here(buffer, "put")(group(chapter, f"g{i}", 0))
+        return await waiting
+
+    try:
+        answer, at = run_on_virtual_clock(scenario())
+    except StuckForever:
+        pytest.fail("sample(3, timeout=10) never answered: wait at most `timeout` seconds in all")
+    got = ids(answer) if answer else answer
+    assert (got, at) == (None, pytest.approx(10.0)), (
+        f"sample(3, timeout=10), one group arriving every 4 s: it answered {got} at t={at:g} s, not None at "
+        "t=10. The timeout counts from the call, in all: a wake-up by a group that leaves it short does not "
+        "start a new full timeout")
+
+
+# --- TODO 3: continuous_training ---
+# Contract, clause by clause (the test that holds each):
+#   1. each sample asks for batch_groups groups against the learner's version: 0 first, then the version
+#      the last train answered (not a count of its own)  -> test_the_training_loop_asks_for_the_current_version_and_retries_when_nothing_came
+#   2. a None sample is not a step: ask again; exactly `steps` steps; on_step sees each result, in order
+#                                                        -> test_the_training_loop_asks_for_the_current_version_and_retries_when_nothing_came
+#   3. every call (sample, train) is awaited at most TIMEOUT  -> test_the_training_loop_waits_for_each_call_at_most_TIMEOUT
+#   4. stop is set when the steps are done                -> test_the_training_loop_asks_for_the_current_version_and_retries_when_nothing_came
+#   5. stop is set when training fails                    -> test_the_training_loop_sets_stop_even_when_training_fails
+#   6. stop is set when the loop is cancelled (a cancellation is no Exception) -> test_a_cancelled_training_loop_still_sets_stop
+#   7. calls are awaited, never waited on with a blocking .get(): the rollout loops run meanwhile
+#                                                        -> test_the_training_loop_waits_for_each_call_at_most_TIMEOUT,
+#                                                           test_rollouts_go_on_while_the_learner_trains
+#   8. with real actors: every group trained or dropped once, lag within max_lag
+#                                                        -> test_every_group_is_trained_or_dropped_exactly_once_and_lag_is_bounded,
+#                                                           test_on_policy_when_max_lag_is_zero, test_stop_ends_both_loops_and_empties_the_buffer
 
 
 @pytest.mark.todo("continuous_training")
@@ -196,6 +324,61 @@ def test_the_training_loop_sets_stop_even_when_training_fails(chapter):
         assert stop.is_set(), "stop must be set in a finally: otherwise the rollout loops would run forever"
 
 
+@pytest.mark.todo("continuous_training")
+@pytest.mark.parametrize("silent", ["sample", "train"])
+def test_the_training_loop_waits_for_each_call_at_most_TIMEOUT(chapter, silent):
+    """A buffer or a learner that never answers (its process hung): continuous_training gives up after
+    TIMEOUT with TimeoutError, and sets stop. On a virtual clock: no real time passes. The stand-ins refuse
+    a blocking .get(): the rollout loops share this event loop."""
+    endpoints = {"sample": lambda count, learner_version, timeout=None: ["a"], "train": lambda batch: {"version": 1}}
+    endpoints[silent] = NEVER
+    buffer, learner = AwaitedStandIn(sample=endpoints["sample"]), AwaitedStandIn(train=endpoints["train"])
+    stop = asyncio.Event()
+
+    async def scenario():
+        try:
+            await chapter.continuous_training(learner, buffer, 3, 4, stop)
+        except TimeoutError:
+            return asyncio.get_running_loop().time()
+        return None
+
+    try:
+        gave_up_at = run_on_virtual_clock(scenario())
+    except StuckForever:
+        pytest.fail(f"{silent}() never answered, and continuous_training waited for it forever: await every call "
+                    "at most TIMEOUT (a hung actor must end the run, not freeze it)")
+    assert gave_up_at == pytest.approx(chapter.TIMEOUT), (
+        f"{silent}() never answered: continuous_training should raise TimeoutError after TIMEOUT "
+        f"({chapter.TIMEOUT:g} s); it {'returned' if gave_up_at is None else f'gave up at {gave_up_at:g} s'}")
+    with checking("continuous_training", hint=4):
+        assert stop.is_set(), "a timeout ended training: stop must be set all the same"
+
+
+@pytest.mark.todo("continuous_training")
+def test_a_cancelled_training_loop_still_sets_stop(chapter):
+    """Whoever runs the loops may cancel training (asyncio.wait_for around a run, Ctrl-C). A cancellation
+    raises CancelledError, which is not an Exception: only a finally sees it."""
+    buffer, learner = AwaitedStandIn(sample=NEVER), AwaitedStandIn(train=lambda batch: {"version": 1})
+    stop = asyncio.Event()
+
+    async def scenario():
+        training = asyncio.create_task(chapter.continuous_training(learner, buffer, 3, 4, stop))
+        await asyncio.sleep(1)  # it waits for a sample now
+        training.cancel()
+        try:
+            await training
+        except asyncio.CancelledError:
+            return "cancelled"
+        return "not cancelled"
+
+    outcome = run_on_virtual_clock(scenario())
+    assert outcome == "cancelled", "a cancelled continuous_training must let the CancelledError through"
+    with checking("continuous_training", hint=4):
+        assert stop.is_set(), (
+            "continuous_training was cancelled and left stop unset: the rollout loops would run on forever. "
+            "A cancellation is not an Exception (except Exception misses it): set stop in a finally")
+
+
 # --- The given rollout loop, on real actors -------------------------------------------------------
 
 
@@ -207,8 +390,13 @@ def test_rollouts_fill_the_buffer_until_stopped(chapter, make_actors):
         stop = asyncio.Event()
         loop = asyncio.create_task(chapter.continuous_rollouts(actors.generators[0], actors.queue, actors.scorer, stop))
         deadline = time.monotonic() + STARTUP_TIMEOUT
-        while await actors.buffer.waiting.call_one() < 8:
-            assert time.monotonic() < deadline and not loop.done(), "the rollout loop stopped filling the buffer"
+        while await asyncio.wait_for(actors.buffer.waiting.call_one(), TIMEOUT) < 8:
+            if loop.done():
+                await loop  # it ended by an error: that error, raised here, names its cause (perhaps a TODO of ch07)
+            assert not loop.done(), "the rollout loop returned before stop was set"
+            assert time.monotonic() < deadline, (
+                f"the buffer holds {await asyncio.wait_for(actors.buffer.waiting.call_one(), TIMEOUT)} groups after "
+                f"{STARTUP_TIMEOUT:g} s of rollouts: does put keep each fresh group?")
             await asyncio.sleep(0.05)
         stop.set()
         return await asyncio.wait_for(loop, TIMEOUT)
@@ -218,6 +406,13 @@ def test_rollouts_fill_the_buffer_until_stopped(chapter, make_actors):
     assert actors.buffer.waiting.call_one().get(timeout=TIMEOUT) == 4 * rollouts, (
         "each finished rollout puts its 4 scored groups into the buffer; the loop returns how many it made"
     )
+    queued = actors.queue.rollouts_queued.call_one().get(timeout=TIMEOUT)
+    assert queued == rollouts, (
+        f"{queued} rollouts were queued, {rollouts} counted: the rollout in flight when stop was set is finished "
+        "(scored into the buffer), never left half done")
+    groups = [g for _ in range(2) for g in actors.generators[0].generate.call_one().get(timeout=TIMEOUT)]
+    assert len({tuple(g.state.tolist()) for g in groups}) == len(groups), (
+        "two rollouts drew the same states: the generator's random stream is seeded once, not at every rollout")
 
 
 # --- Both loops together, on real actors ---------------------------------------------------------

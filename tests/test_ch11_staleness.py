@@ -1,10 +1,12 @@
 """Chapter 11 (elective): staleness. Run: pytest tests/test_ch11_staleness.py
 
-The numbers in these tests are worked by hand; each comment shows the arithmetic.
+The numbers in these tests are worked by hand; each comment shows the arithmetic. The tests on random
+batches compare with stored answers (tests/data/ch11_snapshots.json).
 """
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,8 +23,30 @@ BEHAVIOUR = torch.tensor([[0.0, -1.5, -1.0], [-0.5, -2.0, -3.0]])
 MASK = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
 E = math.e
 
+#: Random inputs (fixed seeds) with non-default parameters, and the reference answers to them, stored by
+#: tests/data/make_snapshots.py (maintainers: `python -m tests.data.make_snapshots`).
+SNAPSHOTS = json.loads((Path(__file__).parent / "data" / "ch11_snapshots.json").read_text())
+
+
+def tensor(values):
+    return torch.tensor(values, dtype=torch.float32)
+
+
+def worst(actual, expected) -> float:
+    return float((torch.as_tensor(actual, dtype=torch.float32) - tensor(expected)).abs().max())
+
 
 # --- TODO 1: truncated_importance_weights -------------------------------------------------------
+# Contract, clause by clause (the test that holds each):
+#   1. w = p_proximal / p_behaviour per token                  -> test_weights_are_the_probability_ratio_capped
+#   2. capped from above at the caller's cap; cap=None: no cap -> test_weights_are_the_probability_ratio_capped,
+#                                                                 test_importance_weights_on_random_batches
+#   3. exactly 0 on padding                                    -> test_weights_are_the_probability_ratio_capped
+#   4. ... even where padding's log-probabilities are -inf (ratio inf or nan), with no cap
+#                                                              -> test_padding_weighs_zero_even_at_minus_infinity
+#   5. no gradient flows through the weights                   -> test_weights_carry_no_gradient_and_on_policy_data_weighs_one
+#   6. on-policy data weighs 1                                 -> test_weights_carry_no_gradient_and_on_policy_data_weighs_one
+#   7. all of it on random batches, caps None, 0.8, 1.5, 2, 5  -> test_importance_weights_on_random_batches
 
 
 @pytest.mark.todo("truncated_importance_weights")
@@ -45,7 +69,38 @@ def test_weights_carry_no_gradient_and_on_policy_data_weighs_one(chapter):
     assert not weights.requires_grad, "the weights are a constant of the loss: no gradient flows through them"
 
 
+@pytest.mark.todo("truncated_importance_weights")
+def test_padding_weighs_zero_even_at_minus_infinity(chapter):
+    minus_inf = -math.inf
+    proximal = torch.tensor([[-1.0, -0.5, minus_inf], [-2.0, minus_inf, -0.3]])
+    behaviour = torch.tensor([[-1.0, minus_inf, minus_inf], [-1.0, -1.0, minus_inf]])
+    mask = torch.tensor([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0]])  # padding: log-probabilities -inf, as some generators write
+    for cap in (None, 2.0):
+        weights = chapter.truncated_importance_weights(proximal, behaviour, mask, cap=cap)
+        assert not weights.isnan().any() and close(weights, [[1.0, 0.0, 0.0], [E ** -1, 0.0, 0.0]], 1e-6), (
+            f"cap={cap}: {weights.tolist()}: padding weighs exactly 0 whatever its log-probabilities: there exp(-0.5 + "
+            "inf) is inf and exp(-inf + inf) is nan, and inf * 0 and nan * 0 are nan: choose 0 where the mask is 0 "
+            "(torch.where), do not multiply by the mask")
+
+
+@pytest.mark.todo("truncated_importance_weights")
+def test_importance_weights_on_random_batches(chapter):
+    for number, case in enumerate(SNAPSHOTS["truncated_importance_weights"]):
+        got = chapter.truncated_importance_weights(tensor(case["proximal"]), tensor(case["behaviour"]),
+                                                   tensor(case["mask"]), cap=case["cap"])
+        assert not got.isnan().any() and close(got, case["expected"], 1e-5), (
+            f"case {number} (cap={case['cap']}): {got.tolist()}, expected {case['expected']}: min(p_proximal / "
+            "p_behaviour, the caller's cap) per token (no cap when None), exactly 0 on padding")
+
+
 # --- TODO 2: effective_sample_size ---------------------------------------------------------------
+# Contract, clause by clause (the test that holds each):
+#   1. (sum w)^2 / sum w^2 over the mask-1 tokens, divided by their count
+#                                                 -> test_equal_weights_give_one_and_a_dominant_weight_about_one_over_n
+#   2. padding counts nowhere                     -> test_padding_does_not_count
+#   3. no tokens, or only zero weights: 1.0       -> test_padding_does_not_count
+#   4. a Python float                             -> test_the_effective_sample_size_is_a_python_float
+#   5. random batches, one with a response of padding only -> test_effective_sample_size_on_random_batches
 
 
 @pytest.mark.todo("effective_sample_size")
@@ -65,7 +120,34 @@ def test_padding_does_not_count(chapter):
     assert chapter.effective_sample_size(torch.zeros(1, 2), torch.ones(1, 2)) == 1.0, "only zero weights: 1.0, not 0/0"
 
 
+@pytest.mark.todo("effective_sample_size")
+def test_the_effective_sample_size_is_a_python_float(chapter):
+    for weights, mask in ((torch.tensor([[1.0, 2.0]]), torch.ones(1, 2)), (torch.ones(1, 2), torch.zeros(1, 2))):
+        ess = chapter.effective_sample_size(weights, mask)
+        assert type(ess) is float, f"{ess!r}: a Python float (float(...)), not a {type(ess).__name__}: it is logged"
+
+
+@pytest.mark.todo("effective_sample_size")
+def test_effective_sample_size_on_random_batches(chapter):
+    for number, case in enumerate(SNAPSHOTS["effective_sample_size"]):
+        got = chapter.effective_sample_size(tensor(case["weights"]), tensor(case["mask"]))
+        assert got == pytest.approx(case["expected"], abs=1e-5), (
+            f"case {number}: {got}, expected {case['expected']}: (sum w)^2 / sum w^2 over the tokens of mask 1, "
+            "divided by their count")
+
+
 # --- TODO 3: decoupled_ppo_loss ---------------------------------------------------------------------
+# Contract, clause by clause (the test that holds each):
+#   1. w * min(r * A, clip(r) * A), r to the proximal policy; loss its negative masked_mean -> test_decoupled_loss_by_hand
+#   2. clip=None: w * r * A, clip_fraction 0.0              -> test_without_a_clip_it_is_truncated_importance_sampling
+#   3. the gradient goes through r, never w; none from clipped tokens or padding
+#                                                           -> test_the_gradient_goes_through_the_ratio_not_the_weights
+#   4. the caller's cap reaches the weights (None and 5 are not 2.0) -> test_the_callers_cap_reaches_the_weights
+#   5. stats: clip_fraction and mean_weight masked means, ess of w -> test_decoupled_loss_by_hand
+#   6. a response of padding only counts 0, never NaN       -> test_a_response_of_padding_only_counts_zero
+#   7. stats are Python floats                              -> test_the_decoupled_stats_are_python_floats
+#   8. values and gradients on random batches, clip None/0.1/0.15/0.3, cap None/1.5/3/5
+#                                                           -> test_decoupled_ppo_loss_on_random_batches
 
 
 def current_logps():
@@ -107,7 +189,69 @@ def test_the_gradient_goes_through_the_ratio_not_the_weights(chapter):
     assert close(logps.grad[1, 1], 2.0 * E ** -0.1 / 2 / 2)
 
 
+@pytest.mark.todo("decoupled_ppo_loss")
+@pytest.mark.parametrize("cap", [None, 5.0])
+def test_the_callers_cap_reaches_the_weights(chapter, cap):
+    loss, stats = chapter.decoupled_ppo_loss(current_logps(), PROXIMAL, BEHAVIOUR, torch.tensor([1.0, -1.0]), MASK,
+                                             clip=None, cap=cap)
+    # row 1's second weight, e^1.5 = 4.4817, is under 5 and uncapped with None (2.0 would cap it):
+    # row 0: 1.2011 (as without a clip); row 1: -(1 + 4.4817 * 0.9048) / 2 = -2.5276; loss -(1.2011 - 2.5276) / 2
+    assert close(loss, 0.663259) and stats["mean_weight"] == pytest.approx(1.873189, abs=1e-4), (
+        f"cap={cap}: loss {float(loss):.5f}, mean_weight {stats['mean_weight']:.4f}, not 0.66326 and 1.8732: the weight "
+        "e^1.5 = 4.48 was capped at 2.0, the default: pass the caller's cap on to truncated_importance_weights")
+
+
+@pytest.mark.todo("decoupled_ppo_loss")
+def test_a_response_of_padding_only_counts_zero(chapter):
+    mask = torch.tensor([[1.0, 1.0, 1.0], [0.0, 0.0, 0.0]])  # the second response: padding only
+    loss, stats = chapter.decoupled_ppo_loss(current_logps(), PROXIMAL, BEHAVIOUR, torch.tensor([1.0, -1.0]), mask,
+                                             clip=0.2, cap=2.0)
+    # row 0 as by hand above: 1.1187; row 1 has no tokens: 0 (masked_mean's floor of 1 on the count); -(1.1187 + 0) / 2
+    assert math.isfinite(float(loss)) and close(loss, -0.559361), (
+        f"loss {float(loss)}: a response with no real tokens counts 0 in the mean over responses, never 0/0 = NaN: "
+        "use masked_mean (its count has a floor of 1)")
+    assert stats["clip_fraction"] == pytest.approx(1 / 3) and stats["mean_weight"] == pytest.approx(0.502767, abs=1e-4)
+    assert stats["ess"] == pytest.approx(0.787129, abs=1e-4)
+
+
+@pytest.mark.todo("decoupled_ppo_loss")
+def test_the_decoupled_stats_are_python_floats(chapter):
+    for clip in (0.2, None):
+        _, stats = chapter.decoupled_ppo_loss(current_logps(), PROXIMAL, BEHAVIOUR, torch.tensor([1.0, -1.0]), MASK,
+                                              clip=clip)
+        kinds = {name: type(value).__name__ for name, value in stats.items()}
+        assert kinds == {"ess": "float", "clip_fraction": "float", "mean_weight": "float"}, (
+            f"clip={clip}: stats {kinds}: each a Python float (float(...)), not a tensor")
+
+
+@pytest.mark.todo("decoupled_ppo_loss")
+def test_decoupled_ppo_loss_on_random_batches(chapter):
+    for number, case in enumerate(SNAPSHOTS["decoupled_ppo_loss"]):
+        logps = tensor(case["logps"]).requires_grad_(True)
+        loss, stats = chapter.decoupled_ppo_loss(logps, tensor(case["proximal"]), tensor(case["behaviour"]),
+                                                 tensor(case["advantages"]), tensor(case["mask"]), clip=case["clip"],
+                                                 cap=case["cap"])
+        where = f"case {number} (clip={case['clip']}, cap={case['cap']}, mask {case['mask']})"
+        assert close(loss, case["loss"], 1e-5), f"{where}: loss {float(loss):.6f}, expected {case['loss']:.6f}"
+        for name in ("ess", "clip_fraction", "mean_weight"):
+            assert stats[name] == pytest.approx(case[name], abs=1e-5), f"{where}: {name} {stats[name]}, not {case[name]}"
+        loss.backward()
+        assert close(logps.grad, case["grad"], 1e-5), (
+            f"{where}: the gradient wrt logps is off by up to {worst(logps.grad, case['grad']):.6f}: it flows through "
+            "r alone, w times the unclipped tokens' r * A, none from padding")
+
+
 # --- TODO 4: AdmissionWindow.admit ----------------------------------------------------------------
+# Contract, clause by clause (the test that holds each):
+#   1. the next group's number is self.admitted; it is trained at version number // batch_groups
+#                                                     -> test_within_the_window_every_group_is_admitted_and_none_beyond
+#   2. admitted while that version minus generator_version <= max_lag (equal to max_lag included)
+#                                                     -> test_within_the_window_every_group_is_admitted_and_none_beyond
+#   3. an admission counts in self.admitted, a refusal in self.refused (and uses no number)
+#                                                     -> test_within_the_window_every_group_is_admitted_and_none_beyond, test_a_newer_generator_may_start_more_and_order_holds
+#   4. max_lag 0: only the current step's batch; a newer generator may start the next
+#                                                     -> test_a_newer_generator_may_start_more_and_order_holds
+#   5. nothing generated is thrown away               -> test_admission_wastes_nothing_where_chapter_09_drops
 
 
 @pytest.mark.todo("AdmissionWindow.admit")

@@ -57,11 +57,12 @@ class Tools:
     """Stands in for the tool service: answers from the prompt's table, and records each call."""
 
     def __init__(self, tools_module):
-        self.tools_module, self.calls = tools_module, []
+        self.tools_module, self.calls, self.tables = tools_module, [], []
 
     async def route(self, endpoint, table, request):
         assert endpoint == "call", f"the tools are asked for {endpoint!r}"
         self.calls.append(request)
+        self.tables.append(table)
         await asyncio.sleep(0)
         value = self.tools_module.table_of(table).get(request)
         return self.tools_module.VaultTask.reply_text("?" if value is None else str(value))
@@ -77,6 +78,17 @@ def run(chapter, policy, tools, task, prompt, limits=None, limit_s=10.0):
 
 
 # --- TODO 1: Episode.append_turn -----------------------------------------------------------------------
+# Contract, clause by clause (the test that holds each):
+#   1. the turn's tokens go on self.ids in order, the environment's too (context the policy reads)
+#                                                         -> test_a_policy_turn_is_trained_and_a_tool_reply_is_context
+#   2. mask per token: 1.0 for a policy turn, 0.0 for the environment's -> test_a_policy_turn_is_trained_and_a_tool_reply_is_context
+#   3. logprobs per token: the policy's own, 0.0 for the environment's  -> test_a_policy_turn_is_trained_and_a_tool_reply_is_context
+#   4. versions per token: the turn's version, -1 for the environment's -> test_a_policy_turn_is_trained_and_a_tool_reply_is_context
+#   5. every list keeps one entry per token of self.ids                  -> test_every_list_keeps_one_entry_per_token
+#   6. a turn given log-probabilities is the policy's, version 0 included
+#                                                         -> test_a_policy_turn_sampled_by_version_0_is_the_policys
+#   7. log-probabilities that do not match the tokens one for one: ValueError, nothing appended
+#                                                         -> test_log_probabilities_that_do_not_match_the_tokens_are_refused
 
 
 @pytest.mark.todo("Episode.append_turn")
@@ -100,7 +112,39 @@ def test_every_list_keeps_one_entry_per_token(chapter):
         assert len(episode.ids) == len(episode.mask) == len(episode.logprobs) == len(episode.versions)
 
 
+@pytest.mark.todo("Episode.append_turn")
+def test_a_policy_turn_sampled_by_version_0_is_the_policys(chapter):
+    episode = chapter.Episode([1])
+    episode.append_turn([5, 6], [-0.1, -0.2], version=0)  # the initial weights are version 0
+    assert episode.mask == [1.0, 1.0] and episode.versions == [0, 0] and episode.logprobs == [-0.1, -0.2], (
+        f"mask {episode.mask}, versions {episode.versions}: a turn given log-probabilities is the policy's, whatever "
+        "its version; version 0 (the initial weights) is falsy but a version: tell who wrote a turn by its "
+        "log-probabilities (`is not None`), not by `if version:`, or the first step's turns are never trained")
+
+
+@pytest.mark.todo("Episode.append_turn")
+def test_log_probabilities_that_do_not_match_the_tokens_are_refused(chapter):
+    episode = chapter.Episode([1])
+    episode.append_turn([5], [-0.1], version=1)
+    try:
+        episode.append_turn([6, 7, 8], [-0.1, -0.2], version=1)
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("3 tokens came with 2 log-probabilities and were accepted: a policy turn must bring one "
+                             "log-probability per token; refuse it with ValueError")
+    assert (episode.ids, episode.mask, episode.logprobs, episode.versions) == ([5], [1.0], [-0.1], [1]), (
+        "a refused turn appends nothing: check before changing any list, so they stay one entry per token")
+
+
 # --- TODO 2: Episode.version -----------------------------------------------------------------------------
+# Contract, clause by clause (the test that holds each):
+#   1. the smallest version among the policy tokens (the oldest), not the newest
+#                                                         -> test_an_episode_is_as_old_as_its_oldest_policy_token
+#   2. the environment's tokens (-1) never count          -> test_an_episode_is_as_old_as_its_oldest_policy_token
+#   3. version 0 counts like any other                    -> test_version_0_is_a_version_like_any_other
+#   4. the policy tokens are those of mask 1, whatever their position or log-probability, and versions may come
+#      in any order (each turn from another generator)    -> test_the_oldest_policy_token_wherever_it_sits
 
 
 @pytest.mark.todo("Episode.version")
@@ -118,7 +162,55 @@ def test_an_episode_is_as_old_as_its_oldest_policy_token(chapter):
     assert fresh.version == 9, "a tool reply before the first policy turn changes nothing"
 
 
+@pytest.mark.todo("Episode.version")
+def test_version_0_is_a_version_like_any_other(chapter):
+    episode = chapter.Episode([1])
+    episode.append_turn([5, 6], [-1.0, -1.0], version=0)  # sampled by the initial weights
+    episode.append_turn([2, 2])
+    episode.append_turn([7], [-1.0], version=2)
+    assert episode.version == 0, (
+        f"version {episode.version}: a token sampled by version 0 is a policy token like any other; only the "
+        "environment's tokens (mask 0, version -1) are left out: pick the policy's tokens by the mask, not by a "
+        "version above 0")
+
+
+@pytest.mark.todo("Episode.version")
+def test_the_oldest_policy_token_wherever_it_sits(chapter):
+    episode = chapter.Episode([1])
+    episode.append_turn([5, 6], [-1.0, -1.0], version=5)
+    episode.append_turn([2, 2])
+    episode.append_turn([7], [0.0], version=3)  # a certain token (log-probability 0), from a generator behind
+    episode.append_turn([2])
+    episode.append_turn([8], [-0.5], version=4)
+    assert episode.version == 3, (
+        f"version {episode.version}: the oldest policy token is the second turn's (v3): turns may come from "
+        "generators at different versions, so the first turn is not always the oldest; and a policy token is one "
+        "of mask 1, even when its log-probability is 0")
+
+
 # --- TODO 3: run_episode ---------------------------------------------------------------------------------
+# Contract, clause by clause (the test that holds each):
+#   1. each turn is generated after the prompt and the episode so far, as token ids (the tool's replies too: the
+#      policy reads them)                                 -> test_the_sequence_is_the_tokens_sampled_and_the_tools_replies_never_re_encoded
+#   2. the policy's turns as sampled (stop token too), the replies as reply_ids gives them, never re-encoded
+#                                                         -> test_the_sequence_is_the_tokens_sampled_and_the_tools_replies_never_re_encoded
+#   3. each policy turn keeps its log-probabilities and the version that sampled it, per token
+#                                                         -> test_each_turn_keeps_its_log_probabilities_and_version
+#   4. the tool is asked, with the prompt's table, for what the policy's turn requests
+#                                                         -> test_the_tool_is_asked_for_what_the_policy_requested
+#   5. a turn that is no tool call is the answer: "answer", even on the last turn allowed
+#                                                         -> test_an_episode_ends_at_its_answer_its_turn_limit_or_its_token_limit, 
+#                                                            test_an_answer_on_the_last_turn_allowed_is_the_answer
+#   6. exactly limits.max_turns policy turns (the last one's tool call answered too), then "turns"
+#                                                         -> test_an_episode_ends_at_its_answer_its_turn_limit_or_its_token_limit
+#   7. "tokens" before a turn once it holds max_tokens tokens, exactly max_tokens included
+#                                                         -> test_an_episode_ends_at_its_answer_its_turn_limit_or_its_token_limit, 
+#                                                            test_exactly_max_tokens_ends_it_before_another_turn
+#   8. a turn asks for at most min(max_new, room left)     -> test_an_episode_ends_at_its_answer_its_turn_limit_or_its_token_limit
+#   9. tool calls go through the Service (which retries on another worker)
+#                                                         -> test_a_tool_worker_that_dies_costs_the_episode_nothing
+#  10. a failed tool call fails the episode: no empty reply in its place -> test_a_failed_tool_call_fails_the_episode
+#  11. no timeout of its own: the tools' Service bounds a call -> test_a_slow_tool_call_is_waited_for
 
 
 @pytest.mark.todo("run_episode")
@@ -133,6 +225,9 @@ def test_the_sequence_is_the_tokens_sampled_and_the_tools_replies_never_re_encod
     assert episode.ids == call + reply + answer, (
         f"{episode.ids}: the policy's turns as sampled (their stop token too) and the tool's reply as "
         "reply_ids gives it, one after the other")
+    assert policy.shown[1] != task.prompt_ids(prompt) + call, (
+        "the second turn was generated without the tool's reply: the policy reads it (mask 0 keeps the reply out of "
+        "the loss, not out of the context): show the policy the prompt and every token of the episode so far")
     assert policy.shown[1] == task.prompt_ids(prompt) + call + reply, (
         "the second turn is generated after the very tokens so far: not after the transcript's text encoded "
         "again (this tokenizer merges a turn's end with the reply's start: '\\n=' is one token)")
@@ -154,9 +249,113 @@ def test_an_episode_ends_at_its_answer_its_turn_limit_or_its_token_limit(chapter
     long = run(chapter, policy, Tools(tools_module), task, prompt, tools_module.Limits(max_turns=9, max_tokens=13,
                                                                                        max_new=6))
     # 6 tokens, a reply of 3 (9); then only 4 fit under 13 (13), a reply (16): no room, so no more turns
+    assert len(forever.ids) == 3 * (3 + 3) and forever.mask[-1] == 0.0, (
+        "the last turn's tool call is answered too: its reply ends the episode")
     assert long.ended == "tokens", f"it holds {len(long.ids)} tokens: the token limit ends it, before a turn"
     assert policy.max_new == [6, 4], (
         f"asked for {policy.max_new} new tokens: never more than max_new, nor than the room left under max_tokens")
+
+
+@pytest.mark.todo("run_episode")
+def test_each_turn_keeps_its_log_probabilities_and_version(chapter, task, tools_module):
+    prompt = prompt_for(tools_module)
+    policy = ScriptedPolicy(chapter, task, ["?c\n", f"!{prompt.answer}<eos>"], version=0)  # v0, then v1
+    episode = run(chapter, policy, Tools(tools_module), task, prompt)
+    call, reply = len(encode(task, "?c\n")), len(task.reply_ids(task.reply_text(prompt.answer)))
+    answer = len(episode.ids) - call - reply
+    assert episode.versions == [0] * call + [-1] * reply + [1] * answer, (
+        f"versions {episode.versions}: each policy turn keeps the version of the Turn that sampled it (here v0, "
+        "then v1): pass turn.logprobs and turn.version on to append_turn")
+    assert episode.logprobs == [-0.5] * call + [0.0] * reply + [-0.5] * answer, (
+        "each policy token keeps its log-probability from the Turn; the tool's are 0.0")
+    assert episode.version == 0
+
+
+@pytest.mark.todo("run_episode")
+def test_the_tool_is_asked_for_what_the_policy_requested(chapter, task, tools_module):
+    prompt = prompt_for(tools_module, "c")
+    tools = Tools(tools_module)
+    episode = run(chapter, ScriptedPolicy(chapter, task, ["?a\n", "!0<eos>"]), tools, task, prompt)
+    assert tools.calls == ["a"] and tools.tables == [prompt.table], (
+        f"the tool was asked {tools.calls} about tables {tools.tables}: the policy asked for 'a' (the prompt is about "
+        f"'c'): send the request task.parse reads off the policy's turn, with the prompt's table")
+    value = tools_module.table_of(prompt.table)["a"]
+    assert episode.ids[len(encode(task, "?a\n")):][:3] == task.reply_ids(task.reply_text(str(value)))
+
+
+@pytest.mark.todo("run_episode")
+def test_an_answer_on_the_last_turn_allowed_is_the_answer(chapter, task, tools_module):
+    prompt = prompt_for(tools_module)
+    policy, tools = ScriptedPolicy(chapter, task, ["?c\n", f"!{prompt.answer}<eos>"]), Tools(tools_module)
+    episode = run(chapter, policy, tools, task, prompt, tools_module.Limits(max_turns=2, max_tokens=40, max_new=3))
+    assert len(policy.shown) == 2 and episode.ended == "answer", (
+        f"{len(policy.shown)} turns, ended {episode.ended!r}: the second of max_turns=2 turns is read like any "
+        "other; it is an answer, so the episode ended with its answer, not at the turn limit")
+    assert task.reward(prompt, episode.ids, episode.mask) == 1.0
+
+
+@pytest.mark.todo("run_episode")
+def test_exactly_max_tokens_ends_it_before_another_turn(chapter, task, tools_module):
+    policy = ScriptedPolicy(chapter, task, [], every_turn="?bbbbb")  # turns of 6 tokens, each a tool call
+    limits = tools_module.Limits(max_turns=9, max_tokens=9, max_new=6)
+    episode = run(chapter, policy, Tools(tools_module), task, prompt_for(tools_module), limits)
+    # 6 tokens, a reply of 3: exactly 9 = max_tokens, so no room: no second turn
+    assert policy.max_new == [6] and episode.ended == "tokens" and len(episode.ids) == 9, (
+        f"asked for {policy.max_new} new tokens, ended {episode.ended!r} at {len(episode.ids)} tokens: an episode "
+        "that holds exactly max_tokens tokens has no room left (room 0): it ends ('tokens') before another turn")
+
+
+class BrokenTools(Tools):
+    """Tools whose every call fails, as the Service's call fails once no worker is left."""
+
+    async def route(self, endpoint, table, request):
+        self.calls.append(request)
+        await asyncio.sleep(0)
+        raise RuntimeError("no healthy tool worker left")
+
+
+@pytest.mark.todo("run_episode")
+def test_a_failed_tool_call_fails_the_episode(chapter, task, tools_module):
+    prompt = prompt_for(tools_module)
+    policy, tools = ScriptedPolicy(chapter, task, ["?c\n", "!7<eos>"]), BrokenTools(tools_module)
+    try:
+        episode = run(chapter, policy, tools, task, prompt)
+    except RuntimeError as failure:
+        assert "no healthy tool worker" in str(failure), f"the tools' own error should come through, not {failure!r}"
+    else:
+        raise AssertionError(
+            f"the tool call failed, yet the episode went on ({episode.ids}, ended {episode.ended!r}): a reply "
+            "that never came must not be trained on as an empty one; let the error out of run_episode")
+    assert tools.calls == ["c"]
+
+
+class SlowTools(Tools):
+    """Tools whose call takes `seconds` on the event loop's clock: the clock is moved on, nobody waits."""
+
+    def __init__(self, tools_module, seconds):
+        super().__init__(tools_module)
+        self.seconds = seconds
+
+    async def route(self, endpoint, table, request):
+        loop = asyncio.get_running_loop()
+        clock = loop.time
+        loop.time = lambda: clock() + self.seconds  # from now on, the loop's clock is `seconds` later
+        for _ in range(3):
+            await asyncio.sleep(0)  # timers due by then fire here
+        return await super().route(endpoint, table, request)
+
+
+@pytest.mark.todo("run_episode")
+def test_a_slow_tool_call_is_waited_for(chapter, task, tools_module):
+    prompt = prompt_for(tools_module)
+    policy, tools = ScriptedPolicy(chapter, task, ["?c\n", f"!{prompt.answer}<eos>"]), SlowTools(tools_module, 5.0)
+    try:
+        episode = run(chapter, policy, tools, task, prompt, limit_s=60.0)
+    except (asyncio.TimeoutError, TimeoutError) as failure:
+        raise AssertionError(
+            "a tool call that took 5 s timed out inside run_episode: the tools' Service bounds a call with its "
+            "own call_timeout (the caller's choice); add no timeout of your own around it") from failure
+    assert episode.ended == "answer" and task.reward(prompt, episode.ids, episode.mask) == 1.0
 
 
 @pytest.mark.todo("run_episode")
@@ -185,6 +384,16 @@ def test_a_tool_worker_that_dies_costs_the_episode_nothing(chapter, task, tools_
 
 
 # --- TODO 4: LeastLoadedService.next_replica ----------------------------------------------------------
+# Contract, clause by clause (the test that holds each):
+#   1. the replica with the fewest requests in flight     -> test_the_replica_with_the_fewest_requests_in_flight_is_picked
+#   2. never an unhealthy one, nor one in `exclude`       -> test_the_replica_with_the_fewest_requests_in_flight_is_picked
+#   3. none left: None, and the cursor stays              -> test_the_replica_with_the_fewest_requests_in_flight_is_picked, 
+#                                                            test_the_cursor_moves_just_past_the_pick
+#   4. ties: the first at or after self.cursor, round robin -> test_ties_go_round_robin
+#   5. ... wrapping around past the last replica          -> test_ties_wrap_around_past_the_last_replica
+#   6. the cursor moves just past the replica picked (not one step on from where it was)
+#                                                         -> test_the_cursor_moves_just_past_the_pick
+#   7. (given code) a request counts while in flight      -> test_requests_in_flight_are_counted_while_they_run
 
 
 @pytest.fixture
@@ -216,6 +425,36 @@ def test_ties_go_round_robin(pool):
     assert picks == [0, 1, 2, 3, 0, 1], f"ties broken round robin from the cursor: {picks}"
     pool.replicas[2].in_flight = 1
     assert [pool.next_replica().index for _ in range(3)] == [3, 0, 1], "the busy one is passed over; the rest take turns"
+
+
+@pytest.mark.todo("LeastLoadedService.next_replica")
+def test_ties_wrap_around_past_the_last_replica(pool):
+    pool.cursor = 2
+    for replica, load in zip(pool.replicas, (0, 0, 1, 0)):
+        replica.in_flight = load
+    picked = pool.next_replica().index
+    assert picked == 3, (
+        f"replica {picked}: from cursor 2 the order is 2, 3, 0, 1; replica 2 is busy, so 3 (the first idle one at "
+        "or after the cursor) wins the tie, not the lowest index")
+    pool.cursor = 3
+    pool.replicas[3].in_flight = 1
+    picked = pool.next_replica().index
+    assert picked == 0, (
+        f"replica {picked}: from cursor 3, past the last replica the order wraps around to 0: 3 (busy), 0, 1, 2")
+
+
+@pytest.mark.todo("LeastLoadedService.next_replica")
+def test_the_cursor_moves_just_past_the_pick(pool):
+    for replica, load in zip(pool.replicas, (2, 0, 3, 1)):
+        replica.in_flight = load
+    assert pool.next_replica().index == 1 and pool.cursor == 2, (
+        f"picked replica 1 from cursor 0, and the cursor is now {pool.cursor}: it moves just past the replica "
+        "picked (2), so that the next tie starts after it, not one step on from where it was")
+    assert pool.next_replica(exclude={0, 1, 2, 3}) is None and pool.cursor == 2, (
+        f"with no replica to pick, the cursor stays where it was (it is now {pool.cursor})")
+    pool.replicas[1].in_flight = 5
+    assert pool.next_replica().index == 3 and pool.cursor == 0, (
+        f"picked replica 3, the last: the cursor wraps around to 0 (it is {pool.cursor})")
 
 
 RELEASE = threading.Event()

@@ -91,7 +91,8 @@ def test_every_python_block_runs(path, line, code, before):
 
 
 COMMAND = re.compile(r"^(python -m [\w.]+|koans)\b(.*)$")
-KOANS_SUBCOMMANDS = ("list", "check", "hint", "watch", "reset", "grade", "autograder", "viz", "verify", "bench")
+KOANS_SUBCOMMANDS = ("list", "check", "hint", "watch", "reset", "workshop", "grade", "autograder", "viz", "verify",
+                     "bench", "edition")
 
 
 def shell_snippets(path: Path):

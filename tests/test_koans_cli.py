@@ -275,6 +275,19 @@ def test_check_takes_v_and_passes_arguments_after_dashes_to_pytest(project, firs
     assert state_of(project)["results"]["ch02"] == recorded, "a run with pytest arguments is not recorded"
 
 
+def test_a_filtered_check_that_passes_does_not_call_the_chapter_done(project, first_walk):
+    code, out = koans(project, "check", "1", "--", "-k", "greet")
+    assert code == 0, out
+    assert "is done" not in out and "koans check 1 runs them all" in out, out
+
+
+def test_list_says_when_tests_were_skipped_for_want_of_a_gpu():
+    from koans.cli import _list_row
+
+    row = _list_row(find_chapter(1), {"status": "done", "passed": 8, "total": 10, "skipped": 2}, True)
+    assert row[-1] == "8/10 (2 skipped: no GPU here)", row
+
+
 def test_an_unknown_chapter_is_a_clear_error(project):
     code, out = koans(project, "check", "99")
     assert code == 2 and "no chapter '99'" in out and "1 (hello_actor)" in out
@@ -389,6 +402,14 @@ def test_workshop_gives_the_stretch_todos_and_off_takes_back_only_what_it_gave(t
     assert 'NotImplementedError("TODO(ch09): `steps` training steps' in loops.read_text(), "core TODOs stay stubs"
     code, out = koans(root, "reset", "9", "--yes", KOANS_CHAPTERS=None)
     assert code == 0 and GIVEN_MARK not in out and "already the pristine stub" in out, "at this depth, that is its stub"
+    given = loops.read_text()
+    loops.write_text(given + "\n# a learner's note\n")
+    code, out = koans(root, "reset", "9", "--yes", KOANS_CHAPTERS=None)
+    assert code == 0 and loops.read_text() == given, "at workshop depth, reset puts back the stub with the given code"
+    code, out = koans(root, "reset", "9", "--undo", KOANS_CHAPTERS=None)
+    assert code == 0 and "you had edited it" not in out, f"the file was the workshop's stub, not edited: {out}"
+    assert loops.read_text().endswith("# a learner's note\n")
+    loops.write_text(given)
     code, out = koans(root, "workshop", "--off", KOANS_CHAPTERS=None)
     assert code == 0 and "chapter 09: ReplayBuffer.sample: its stub is back" in out, out
     assert loops.read_text() == stub, "exactly the stub again"

@@ -28,12 +28,12 @@ import time
 
 import pytest
 import torch
-from monarch._rust_bindings.monarch_hyperactor.supervision import SupervisionError
 from monarch.actor import Actor, ActorError, concurrent_endpoint, endpoint, this_proc
 from monarch.rdma import RDMABuffer
 
 from koans import harness
 from koans.claim_actors import Broken, Holder, Probe
+from koans.monarch_compat import SupervisionError
 
 TIMEOUT = 30
 

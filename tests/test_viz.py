@@ -198,3 +198,13 @@ def test_slider_from_lock_step_to_async_raises_throughput_in_a_browser(tmp_path,
     assert all(b >= a - 1e-9 for a, b in zip(throughputs, throughputs[1:])), f"never slower: {throughputs}"
     assert gpu_busy[1] > gpu_busy[0] + 0.2, f"idle gaps shrink: {gpu_busy}"
     assert (tmp_path / "viz.png").stat().st_size > 10_000, "a screenshot of the page"
+
+
+def test_the_page_goes_where_git_ignores_it_unless_out_says_otherwise(tmp_path, monkeypatch):
+    page = tmp_path / ".koans" / "viz.html"
+    monkeypatch.setattr(viz, "DEFAULT_PAGE", page)
+    assert viz.main(str(synthetic_trace(tmp_path / "trace.json"))) == 0
+    assert page.is_file(), "with no --out, the page is written to .koans/viz.html"
+    assert viz.DEFAULT_PAGE.parent.name == ".koans"
+    ignored = (viz.PROJECT_ROOT / ".gitignore").read_text().split()
+    assert ".koans/" in ignored, "the default page's folder is ignored by git, so it never lands in a commit"

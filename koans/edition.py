@@ -1,0 +1,281 @@
+"""`koans edition DIR`: the student edition, a folder to publish to a class, with no reference answer in it.
+
+    koans edition DIR [--workshop]
+
+It holds the exercises as pristine stubs, the chapter tests, the docs, the runner with its hints and
+the given code; no solutions/, no mutants/, no maintainers' tests. `git init` it and publish it.
+Everything a learner uses works in it as in this repository (`koans`, `check`, `hint`, `watch`,
+`list`, `reset`, `workshop`, each chapter's demo on the learner's code, plain `pytest`); maintainer
+commands that need the solutions say so.
+
+What the runner reads from solutions/ here (each TODO's key, summary and guidance) goes into
+koans/edition.json instead, which the runner reads wherever solutions/ is missing; two lines (PATCHES)
+are rewritten in the copy (the build stops if one no longer applies). With --workshop the edition also holds the code of the
+stretch TODOs, which `koans workshop` gives at the workshop's depth: the only reference code it
+then holds, by design; leave it out for a graded class. The build ends by scanning every file of
+the edition for every other TODO's reference body, and fails if one is there.
+
+The autograder zip (koans.autograder) is this edition, without --workshop, plus Gradescope's scripts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+from koans.manifest import CHAPTERS, PROJECT_ROOT, Chapter
+
+DATA_NAME = "edition.json"
+NO_SOLUTIONS = ("{what} needs the reference solutions, and this is the student edition of the course: "
+                "it holds none (no solutions/, no mutants/). Run it in the course's own repository.")
+
+#: (file, text it holds in this repository, what the edition has instead). Each must match exactly once.
+PATCHES: tuple[tuple[str, str, str], ...] = (
+    ("koans/viz.py", "python -m solutions.", "python -m exercises."),
+    ("pyproject.toml", 'packages = ["koans", "exercises", "solutions"]', 'packages = ["koans", "exercises"]'),
+)
+
+
+class EditionError(RuntimeError):
+    """The edition cannot be built, or it lacks what a command needs."""
+
+
+# ---------------------------------------------------------------- inside an edition
+
+
+def _data() -> dict:
+    path = PROJECT_ROOT / "koans" / DATA_NAME
+    try:
+        return json.loads(path.read_text())
+    except OSError:
+        raise EditionError(f"{path} is missing: this is neither the course repository (no solutions/) "
+                           "nor a complete student edition") from None
+
+
+def is_student_edition(root: Path = PROJECT_ROOT) -> bool:
+    return not (root / "solutions").is_dir() and (root / "koans" / DATA_NAME).is_file()
+
+
+def edition_todos(tag: str) -> list:
+    """A chapter's TODOs (koans.stubgen.Todo), as the solutions define them, from koans/edition.json."""
+    from koans.stubgen import Todo
+
+    return [Todo(**{**entry, "guidance": tuple(entry["guidance"])}) for entry in _data()["todos"].get(tag, [])]
+
+
+def has_stretch_code() -> bool:
+    return (PROJECT_ROOT / "solutions").is_dir() or bool(_data().get("stretch"))
+
+
+def stretch_code(tag: str, key: str) -> list[str]:
+    """The code `koans workshop` gives for a stretch TODO (an edition built with --workshop holds it)."""
+    code = _data().get("stretch", {}).get(tag, {}).get(key)
+    if code is None:
+        raise EditionError("this student edition was built for grading, without the stretch TODOs' code that "
+                           "`koans workshop` gives: write them yourself (they are tested either way), or ask "
+                           "for the workshop's edition (koans edition DIR --workshop)")
+    return code
+
+
+def pristine_stub(chapter: Chapter) -> str:
+    """The chapter's exercise file as it was given: from solutions/ here, from koans/edition.json in an edition."""
+    solution = chapter.source_file("solutions")
+    if solution.is_file():
+        from koans.stubgen import make_exercise
+
+        return make_exercise(solution.read_text(), str(solution))
+    return _data()["stubs"][f"{chapter.module}.py"]
+
+
+# ---------------------------------------------------------------- building one
+
+
+def reference_bodies(root: Path = PROJECT_ROOT) -> dict[str, str]:
+    """'chNN Key' -> the code of that TODO in the solution, whitespace collapsed (guidance comments left out)."""
+    from koans.stubgen import find_todos
+
+    bodies = {}
+    for path in sorted((root / "solutions").glob("ch*.py")):
+        lines = path.read_text().splitlines()
+        for todo in find_todos("\n".join(lines) + "\n", str(path)):
+            bodies[f"{todo.chapter} {todo.key}"] = " ".join(
+                " ".join(lines[todo.begin + len(todo.guidance): todo.end - 1]).split())
+    return bodies
+
+
+def _strings(data) -> list[str]:
+    if isinstance(data, str):
+        return [data]
+    if isinstance(data, dict):
+        return [s for value in data.values() for s in _strings(value)]
+    if isinstance(data, list):
+        return ["\n".join(data)] if all(isinstance(v, str) for v in data) else [s for v in data for s in _strings(v)]
+    return []
+
+
+def find_leaks(folder: Path, bodies: dict[str, str]) -> list[str]:
+    """'file: chNN Key' for each reference body found in a text file under `folder` (whitespace collapsed)."""
+    found = []
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and ".git" not in p.parts):
+        try:
+            text = path.read_text()
+        except (UnicodeDecodeError, OSError):
+            continue
+        if path.suffix == ".json":  # what its strings say, unescaped (a list of lines read as one text)
+            try:
+                text += " " + " ".join(_strings(json.loads(text)))
+            except ValueError:
+                pass
+        text = " ".join(text.split())
+        found += [f"{path.relative_to(folder)}: {name}" for name, body in bodies.items() if body in text]
+    return found
+
+
+def _edition_readme(readme: str) -> str:
+    """The README for learners: setup of the edition, then the repository's README without its maintainer parts."""
+    start = readme.index("## What this is")
+    end = readme.index("## For maintainers") if "## For maintainers" in readme else len(readme)
+    body = readme[start:end] + (readme[readme.index("## Notes"):] if "## Notes" in readme[end:] else "")
+    paragraphs = [p for p in body.split("\n\n") if not p.startswith("For instructors:")]
+    body = "\n\n".join(paragraphs)
+    body = "\n".join(line for line in body.splitlines() if not re.match(r"(solutions|mutants)/\s", line))
+    body = body.replace(", and `--impl solutions` tests the reference", "")
+    head = ("# monarch-rl-koans\n\n"
+            "Set up, then start: `koans` walks you through the chapters, one failing test at a time.\n\n"
+            "```bash\npython3 -m venv .venv && . .venv/bin/activate && pip install torch==2.13.0 && pip install -e . "
+            "&& koans\n```\n\n"
+            "This is the course's student edition: the exercises, their tests, the docs and the runner, with no "
+            "reference solutions. Where a doc shows `python -m solutions.chNN_<topic>`, run "
+            "`python -m exercises.chNN_<topic>`: the same demo, on your code. Commands that need the reference "
+            "(`koans verify`, `pytest --impl solutions`) say so.\n\n")
+    return head + body
+
+
+HINT_WITHOUT_CODE = ("(This edition leaves out the hint that spelled out this TODO's code: the hints before it and "
+                     "the TODO's comment are enough.)")
+
+
+def _strip_answer_hints(path: Path, bodies: dict[str, str]) -> list[str]:
+    """Rewrite each hint of koans/hints.py that holds a TODO's code verbatim; 'chNN Key: hint n' for each."""
+    import ast
+
+    text = path.read_text()
+    lines = text.splitlines()
+    replaced = []
+    tree = ast.parse(text)
+    hints = next(node.value for node in tree.body if isinstance(node, ast.AnnAssign) and node.target.id == "HINTS")
+    edits = []
+    for tag_node, per_todo in zip(hints.keys, hints.values):
+        for key_node, tuple_node in zip(per_todo.keys, per_todo.values):
+            for n, element in enumerate(tuple_node.elts, 1):
+                hint = " ".join(ast.literal_eval(element).split())
+                if any(body in hint for body in bodies.values()):
+                    edits.append(element)
+                    replaced.append(f"{tag_node.value} {key_node.value}: hint {n}")
+    for element in sorted(edits, key=lambda e: -e.lineno):
+        first, last = element.lineno - 1, element.end_lineno - 1
+        prefix, suffix = lines[first][:element.col_offset], lines[last][element.end_col_offset:]
+        lines[first:last + 1] = [prefix + json.dumps(HINT_WITHOUT_CODE) + suffix]
+    if edits:
+        path.write_text("\n".join(lines) + "\n")
+    return replaced
+
+
+def _copy(source: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(source, target)
+
+
+def build(out: Path, workshop: bool = False, root: Path = PROJECT_ROOT, quiet: bool = False) -> list[str]:
+    """Write the student edition into `out` (new or empty); its files, relative to `out`."""
+    from koans.manifest import todos_of
+    from koans.stubgen import expected_exercises
+
+    if out.exists() and any(out.iterdir()):
+        raise EditionError(f"{out} is not empty; the edition goes into a new folder")
+    if out.resolve() == root.resolve() or root.resolve() in out.resolve().parents:
+        raise EditionError(f"{out} is inside the repository; build the edition outside it")
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("conftest.py", "pyproject.toml", ".gitignore"):
+        if (root / name).is_file():
+            _copy(root / name, out / name)
+    shutil.copytree(root / "koans", out / "koans", ignore=skip)
+    shutil.copytree(root / "docs", out / "docs", ignore=skip)
+    (out / "docs" / "appendix" / "instructors.md").unlink(missing_ok=True)  # the grader's workings: not for learners
+    def maintainers_tests(folder: str, names: list[str]) -> set[str]:  # the chapter tests and their data stay
+        return {n for n in names if (n.startswith("test_") and n.endswith(".py") and not re.match(r"test_ch\d\d_", n))
+                or n in ("__pycache__", "make_snapshots.py") or n.endswith(".pyc")}  # the snapshots' maker reads solutions/
+
+    shutil.copytree(root / "tests", out / "tests", ignore=maintainers_tests)
+    stubs = expected_exercises(root / "solutions")
+    for name, text in stubs.items():
+        (out / "exercises").mkdir(exist_ok=True)
+        (out / "exercises" / name).write_text(text)
+    (out / "README.md").write_text(_edition_readme((root / "README.md").read_text()))
+
+    data: dict = {"todos": {}, "stubs": {c.source_file("exercises").name: stubs[c.source_file("exercises").name]
+                                         for c in CHAPTERS}}
+    for chapter in CHAPTERS:
+        data["todos"][chapter.tag] = [
+            {"chapter": t.chapter, "key": t.key, "summary": t.summary, "guidance": list(t.guidance), "indent": t.indent,
+             "begin": t.begin, "end": t.end, "can_wait": t.can_wait} for t in todos_of(chapter)]
+    if workshop:
+        data["stretch"] = {}
+        for chapter in CHAPTERS:
+            lines = (root / "solutions" / f"{chapter.module}.py").read_text().splitlines()
+            for todo in todos_of(chapter):
+                if todo.key in chapter.stretch:
+                    data["stretch"].setdefault(chapter.tag, {})[todo.key] = lines[todo.begin + len(todo.guidance): todo.end - 1]
+    (out / "koans" / DATA_NAME).write_text(json.dumps(data, indent=1))
+
+    for name, old, new in PATCHES:
+        path = out / name
+        text = path.read_text()
+        count = text.count(old)
+        if count == 0 or (count > 1 and not old.startswith("python -m")):
+            raise EditionError(f"cannot build the edition: {name} no longer holds the text koans/edition.py "
+                               f"rewrites ({old.strip()[:60]!r}); update PATCHES to match it")
+        path.write_text(text.replace(old, new))
+
+    bodies = reference_bodies(root)
+    # Given code that holds a TODO's code verbatim is given to every learner anyway (the repository's exercises
+    # hold it too): such a body is not a leak of the edition's making, and is told apart here.
+    given = " ".join("\n".join(text for name, text in stubs.items()).split())
+    bodies = {name: body for name, body in bodies.items() if body not in given}
+    stripped = _strip_answer_hints(out / "koans" / "hints.py", bodies)
+    allowed = {f"{c.tag} {key}" for c in CHAPTERS for key in c.stretch} if workshop else set()
+    leaks = [leak for leak in find_leaks(out, bodies) if not (leak.split(": ", 1)[1] in allowed
+                                                            and leak.startswith(f"koans/{DATA_NAME}"))]
+    if leaks:
+        raise EditionError("the edition would hold reference answers; nothing may be published:\n  " + "\n  ".join(leaks))
+    if not quiet and stripped:
+        print("left out the hints that spelled out a TODO's code: " + ", ".join(stripped))
+    files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    if not quiet:
+        print(f"wrote the student edition to {out} ({len(files)} files; no solutions/, no mutants/"
+              + (", the stretch TODOs' code for `koans workshop`" if workshop else ", no reference code at all")
+              + f").\nPublish it: cd {out} && git init && git add . && git commit -m 'Course'")
+    return files
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="koans edition", description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", help="a new folder")
+    parser.add_argument("--workshop", action="store_true",
+                        help="also hold the stretch TODOs' code, which `koans workshop` gives (not for a graded class)")
+    args = parser.parse_args(argv)
+    try:
+        build(Path(args.out), args.workshop)
+    except EditionError as err:
+        print(f"koans edition: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
