@@ -369,6 +369,7 @@ def main() -> None:
     parser.add_argument("--generators", type=int, default=RunConfig.generators)
     parser.add_argument("--max-lag", type=int, default=RunConfig.max_lag)
     parser.add_argument("--lr", type=float, default=RunConfig.lr)
+    parser.add_argument("--group-size", type=int, default=RunConfig.group_size, help="G: responses per prompt")
     parser.add_argument("--kl-coef", type=float, default=RunConfig.kl_coef)
     parser.add_argument("--loss-mean", choices=["sequence", "token"], default=RunConfig.loss_mean,
                         help="average the loss per response, then over responses; or over every token alike")
@@ -386,7 +387,7 @@ def main() -> None:
         parser.error(missing)
     config = RunConfig(model=args.model, seed=args.seed, steps=args.steps, max_lag=args.max_lag,
                        generators=args.generators, kl_coef=args.kl_coef, dtype=args.dtype, lr=args.lr,
-                       loss_mean=args.loss_mean, advantage_std=args.advantage_std)
+                       loss_mean=args.loss_mean, advantage_std=args.advantage_std, group_size=args.group_size)
     modes = ["sync", "async"] if args.compare else [args.mode]
     print(f"Chapter 10: GRPO on {config.model or 'a tiny Qwen2 (random init)'}, task 'Count to N', "
           f"{config.generators} generators, {config.steps} steps of {config.groups_per_step}x{config.group_size} "

@@ -14,10 +14,10 @@
 #   koans/slurm_cluster.sh stop           end everything start made: daemons, namespaces, mounts, bridge
 #   koans/slurm_cluster.sh build          only build (or check) the cached Debian 13 root
 #
-# Why a Debian 13 root: Monarch 0.7.0's SlurmJob reads `squeue --json`, which works from Slurm 24.05
-# on. Debian 12 ships Slurm 22.05 (its squeue --json ignores --job; its job_resources.nodes is a
-# string), so the Slurm 24.11 of Debian 13 is installed with debootstrap into a directory cached at
-# $KOANS_SLURM_CACHE (default /var/cache/koans-slurm; about 300 MB, 2-3 minutes the first time).
+# Why a Debian 13 root: Monarch 0.7.0's SlurmJob reads `squeue --json`, which it can use on Slurm 24.11
+# but not on Debian 12's Slurm 22.05 (its squeue --json ignores --job; its job_resources.nodes is a
+# string). So Debian 13's Slurm 24.11 is installed with debootstrap into a directory cached at
+# $KOANS_SLURM_CACHE (default /var/cache/koans-slurm; about 300 MB, 1-2.5 minutes the first time).
 #
 # What start builds, all of it undone by stop (and by start itself if it fails or is interrupted):
 #   - a bridge (koans-br0, $KOANS_SLURM_NET.1/24, default 10.77.0.1) on this machine;
@@ -34,6 +34,12 @@
 #   - runtime files in /run/koans-slurm: slurm.conf, the munge key and socket, spool, logs, and
 #     wrappers for Slurm's client tools (they run Debian 13's binaries with its own loader).
 # Nothing is installed on this machine but debootstrap (apt-get, if missing).
+#
+# Settings (environment): KOANS_SLURM_CACHE (where the root is cached), KOANS_SLURM_NET (the /24 of the
+# bridge, default 10.77.0), KOANS_SLURM_MIRROR (Debian mirror), KOANS_SLURM_PYTHON (the jobs' Python,
+# default the project's .venv), KOANS_SLURM_SHARED (more directories every node sees),
+# KOANS_SLURM_NODE_TIMEOUT (Slurm's SlurmdTimeout, default 30 s), KOANS_SLURM_KEEP=1 (a start that
+# fails leaves what it made running, to read its logs in /run/koans-slurm/log; stop undoes it).
 set -Eeuo pipefail
 
 CACHE=${KOANS_SLURM_CACHE:-/var/cache/koans-slurm}
@@ -50,7 +56,8 @@ MARK=koans-slurm-  # argv[0] prefix of the processes that hold the namespaces
 TOOLS="sbatch srun squeue scancel sinfo scontrol salloc sacct"
 START_TIMEOUT=${KOANS_SLURM_START_TIMEOUT:-60}
 
-say() { printf 'slurm_cluster: %s\n' "$*" >&2; }
+exec 7>&2  # messages go here, even from a trap that runs while a command's stderr is /dev/null
+say() { printf 'slurm_cluster: %s\n' "$*" >&7; }
 die() { say "$*"; exit 1; }
 
 # --- what this machine must have --------------------------------------------------------------
@@ -78,6 +85,7 @@ check_python() {  # the jobs run the client's Python at its path: it must be on 
     fi
     real=$(readlink -f "$python")
     case "$real" in
+        /usr/local/*) ;;
         /usr/*|/bin/*|/lib/*) die "the jobs' Python $python is $real, in this machine's /usr, which the nodes (a Debian 13 root) do not share: make the .venv from a Python installed elsewhere (pyenv, uv), or set KOANS_SLURM_PYTHON";;
     esac
 }
@@ -134,7 +142,7 @@ new_holder() {  # new_holder NAME UNSHARE-FLAGS...: a process in new namespaces,
     # A clean environment: nothing of the caller's (a test session's tag, say) lives on in the cluster.
     env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin setsid unshare "$@" --propagation private -- \
         bash -c "exec -a $MARK$name sleep infinity" \
-        </dev/null >/dev/null 2>&1 9>&- &
+        </dev/null >/dev/null 2>&1 7>&- 9>&- &
     local pid=$!
     for _ in $(seq 50); do
         [ "$(tr '\0' ' ' </proc/$pid/cmdline 2>/dev/null)" = "$MARK$name infinity " ] && { echo "$pid"; return 0; }
@@ -144,11 +152,10 @@ new_holder() {  # new_holder NAME UNSHARE-FLAGS...: a process in new namespaces,
 }
 
 members() {  # members HOLDER-PID: every live process in the holder's mount namespace
-    local ns pid
+    local ns
     ns=$(readlink "/proc/$1/ns/mnt" 2>/dev/null) || return 0
-    for pid in /proc/[0-9]*; do
-        [ "$(readlink "$pid/ns/mnt" 2>/dev/null)" = "$ns" ] && echo "${pid#/proc/}"
-    done
+    find /proc -mindepth 3 -maxdepth 3 -path '/proc/[0-9]*/ns/mnt' -printf '%l %h\n' 2>/dev/null \
+        | awk -v ns="$ns" '$1 == ns {split($2, part, "/"); print part[3]}'
     return 0
 }
 
@@ -157,16 +164,22 @@ kill_namespace() {  # kill_namespace HOLDER-PID: SIGKILL every process in it; th
     pids=$(members "$1")
     [ -n "$pids" ] && kill -9 $pids 2>/dev/null
     for _ in $(seq 100); do
-        kill -0 "$1" 2>/dev/null || return 0
+        alive "$1" || return 0
         sleep 0.05
     done
     return 0
 }
 
+alive() {  # a process that runs (a killed one may stay a zombie for a while: its parent reaps it)
+    local state
+    state=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
+    [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
+}
+
 in_ns() {  # in_ns HOLDER-PID CMD...: run CMD in the holder's network, hostname and mount namespaces
     local pid=$1
     shift
-    nsenter --target "$pid" --net --uts --mount -- "$@" 9>&-
+    nsenter --target "$pid" --net --uts --mount -- "$@" 7>&- 9>&-
 }
 
 shared_dirs() {  # this machine's directories every node sees at the same path
@@ -177,8 +190,9 @@ shared_dirs() {  # this machine's directories every node sees at the same path
     for d in $dirs; do
         [ -d "$d" ] || continue
         d=$(readlink -f "$d")
-        case "$d" in  # never over the root's own system directories
-            /|/usr|/usr/*|/bin*|/sbin*|/lib*|/etc*|/var*|/proc*|/sys*|/dev*|/run*|/boot*) continue;;
+        case "$d" in  # never over the root's own system directories (/usr/local is empty there)
+            /usr/local|/usr/local/*) ;;
+            /|/usr|/usr/*|/bin|/sbin|/lib|/lib64|/etc|/etc/*|/var|/boot|/proc*|/sys*|/dev*|/run*) continue;;
         esac
         echo "$d"
     done | sort -u
@@ -406,13 +420,20 @@ revive_nodes() {  # start again the nodes that died (kill-node), then wait until
 # --- stop -----------------------------------------------------------------------------------------
 
 stop_all() {
-    local pid
-    # The client namespace first (clients still running there), then the nodes, then the controller.
-    for pid in $(holder_pid login) $(for p in $(all_holders); do
-                     case "$(tr '\0' ' ' </proc/$p/cmdline 2>/dev/null)" in "${MARK}n"*) echo "$p";; esac; done) \
-               $(all_holders); do
-        kill_namespace "$pid"
+    # Every process in the namespaces of the cluster (the clients of run, the nodes, the controller),
+    # at once; then wait until they are gone, reaped too, so that ps shows none of them.
+    local holder pids="" pid
+    for holder in $(all_holders); do
+        pids="$pids $(members "$holder")"
     done
+    if [ -n "${pids// }" ]; then
+        kill -9 $pids 2>/dev/null || true
+        for _ in $(seq 100); do
+            for pid in $pids; do [ -e "/proc/$pid" ] && break; pid=""; done
+            [ -z "$pid" ] && break
+            sleep 0.05
+        done
+    fi
     ip link del "$BRIDGE" 2>/dev/null || true
     local end
     for end in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' | grep '^ks-' || true); do
@@ -438,7 +459,7 @@ cmd_stop() {
 
 cmd_status() {
     if [ -z "$(holder_pid ctl)" ] || [ ! -x "$STATE/bin/sinfo" ]; then
-        echo "not running (start it: koans/slurm_cluster.sh start)"
+        echo "not running"
         return 1
     fi
     local nodes
@@ -458,7 +479,7 @@ cmd_run() {
     [ -n "$login" ] || die "the cluster is not running: koans/slurm_cluster.sh start"
     [ "$(id -u)" -eq 0 ] || die "must run as root"
     exec nsenter --target "$login" --mount --wd="$PWD" -- env KOANS_SLURM="$STATE" SLURM_CONF="$STATE/slurm.conf" \
-        PATH="$STATE/bin:$PATH" "$@"
+        PATH="$STATE/bin:$PATH" "$@" 7>&-
 }
 
 cmd_kill_node() {
@@ -478,6 +499,6 @@ case "${1:-help}" in
     run) shift; [ "${1:-}" = "--" ] && shift; cmd_run "$@";;
     kill-node) shift; cmd_kill_node "$@";;
     build) check_machine; build_root; say "the root is ready in $ROOT";;
-    help|-h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//';;
+    help|-h|--help) sed -n '2,/^set -Eeuo/p' "$0" | sed '$d; s/^# \{0,1\}//';;
     *) die "unknown command '$1' (start, run, env, status, kill-node, stop, build, help)";;
 esac
