@@ -39,8 +39,8 @@ from .ch10_multihost import (HostsSpec, JobHosts, add_host_flags, describe_hosts
                              killing_host_at, missing_scheduler)
 from .ch10_policy import (CountingTask, Prompt, greedy_answers, pad_left, prompt_ids,  # noqa: F401 (tests use them)
                           sample_group)
-from .ch10_qwen_grpo import (TIMEOUT, Rollout, RunConfig, continuous_rollouts, group_advantages, grpo_loss,  # noqa: F401
-                             pick_device, policy_loss, response_logprobs, score)
+from .ch10_qwen_grpo import (TIMEOUT, Rollout, RunConfig, continuous_rollouts, pick_device, policy_loss,
+                             response_logprobs, score)
 
 
 class Generator(Actor):

@@ -44,6 +44,8 @@ class ToolsConfig(RunConfig):
 
     groups_per_step: int = 4
     group_size: int = 8
+    kl_coef: float = 0.0  # chapter 10's first recipe, on which this chapter's figures were measured
+    loss_mean: str = "sequence"
     steps: int = 150
     limits: Limits = Limits()
     tools: int = 3  # tool workers in the pool

@@ -55,12 +55,12 @@ class RunConfig:
     seed: int = 0
     steps: int = 600
     groups_per_step: int = 8  # prompts per training batch
-    group_size: int = 8  # G: responses per prompt
+    group_size: int = 32  # G: responses per prompt
     max_new_tokens: int = 10
     lr: float = 5e-4
     clip: float = 0.2
-    kl_coef: float = 0.0  # > 0: a KL penalty towards the initial policy
-    loss_mean: str = "sequence"  # "sequence": each response's tokens, then the responses; "token": all tokens alike
+    kl_coef: float = 0.03  # > 0: a KL penalty towards the initial policy (from a random start: an entropy floor)
+    loss_mean: str = "token"  # "sequence": each response's tokens, then the responses; "token": all tokens alike
     advantage_std: bool = True  # divide by the group's std (GRPO); False: reward - group mean (Dr. GRPO)
     max_lag: int = 1
     generators: int = 2

@@ -244,7 +244,8 @@ async def latency_experiment(latencies_ms: list[float], steps: int = 24) -> list
     from .ch09_async_loops import continuous_training
     from .ch10_plumbing import Job, ask, wait_for_version
 
-    config = RunConfig(steps=steps)
+    # chapter 10's first recipe (G=8, no KL, per-response mean): the lab measures latency, not learning
+    config = RunConfig(steps=steps, group_size=8, kl_coef=0.0, loss_mean="sequence")
     job = Job.start(config, name="ch11_env")
     rows = []
     try:

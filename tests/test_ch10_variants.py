@@ -109,8 +109,9 @@ def test_token_mean_equals_a_direct_token_mean_kl_included(grpo, seed, advantage
 
     clipped = ((ratio < 1 - clip) | (ratio > 1 + clip)) & mask.bool()
     assert clipped.any(), "the batch must exercise the clip (else the identity is only tested without it)"
-    assert close(loss, expected), (f"token-mean loss {float(loss.detach()):.6f}, direct {float(expected.detach()):.6f}: scaling each "
-                                   "advantage by R * n_r / N must give the mean over every token, KL term included")
+    assert close(loss, expected), (f"token-mean loss {float(loss.detach()):.6f}, direct {float(expected.detach()):.6f}: "
+                                   "scaling each advantage by R * n_r / N must give the mean over every token, "
+                                   "KL term included")
     assert close(mine.grad, direct.grad), "the gradients must match the direct token-mean's too"
     assert abs(stats["kl"] - float((k3.detach() * mask).sum() / mask.sum())) < 1e-5, "kl stat: the token-mean k3"
     seq, _ = needs_todos(grpo.policy_loss, logps, old, rewards, mask, config(grpo, loss_mean="sequence",
@@ -124,8 +125,10 @@ def test_sequence_mean_with_std_is_grpo_loss_as_the_chapter_writes_it(grpo):
     loss, stats = needs_todos(grpo.policy_loss, logps, old, rewards, mask, cfg, ref)
     expected, expected_stats = grpo.grpo_loss(logps, old, grpo.group_advantages(rewards).reshape(-1), mask, cfg.clip,
                                               ref, cfg.kl_coef)
-    assert close(loss, expected) and stats == expected_stats, "the defaults of the chapter: group_advantages, grpo_loss"
-    no_std, _ = grpo.policy_loss(logps, old, rewards, mask, config(grpo, advantage_std=False, kl_coef=0.3), ref)
+    assert close(loss, expected) and stats == expected_stats, \
+        "sequence mean with the std: group_advantages, then grpo_loss as is"
+    no_std, _ = grpo.policy_loss(logps, old, rewards, mask, config(grpo, loss_mean="sequence", advantage_std=False,
+                                                                       kl_coef=0.3), ref)
     centered, _ = grpo.grpo_loss(logps, old, grpo.centered_advantages(rewards).reshape(-1), mask, cfg.clip, ref, 0.3)
     assert close(no_std, centered), "--no-advantage-std: grpo_loss on reward - group mean"
 

@@ -231,3 +231,10 @@ def test_the_appendix_shows_the_course_figures_as_they_are():
     text = (PROJECT_ROOT / "docs" / "appendix" / "course.md").read_text()
     assert table([figures(c) for c in CHAPTERS]) in text, (
         "docs/appendix/course.md: the table differs from the files; update it: python -m koans.course --update")
+
+
+def test_the_contracts_appendix_is_the_tables_beside_the_tests():
+    from koans import contracts
+
+    assert contracts.PAGE.read_text() == contracts.page(), (
+        "docs/appendix/contracts.md differs from the clause tables in tests/: python -m koans.contracts --update")

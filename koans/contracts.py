@@ -1,0 +1,88 @@
+"""Every TODO's contract, clause by clause, with the tests that hold each: `python -m koans.contracts`.
+
+The tables live beside each TODO's tests, in tests/test_chNN_*.py, as a comment block:
+
+    # --- TODO 2: pull_into ----------------------------------------------------
+    # Contract, clause by clause (the test that holds each):
+    #   - the caller's `timeout` is the read's own (passed to read_into, not its default)
+    #       -> test_pull_into_waits_at_most_the_callers_timeout
+
+This module collects them into one page for maintainers (docs/appendix/contracts.md; `--update`
+writes it). tests/test_harness.py checks that every TODO has a table and that each test it names
+exists; tests/test_docs.py that the page is up to date.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+
+from koans.manifest import CHAPTERS, PROJECT_ROOT
+
+TABLE = re.compile(r"^# --- TODO \d+: (?P<key>[\w.]+) -+\n# Contract, clause by clause[^\n]*\n(?P<rows>(?:#  [^\n]*\n)+)",
+                   re.M)
+PAGE = PROJECT_ROOT / "docs" / "appendix" / "contracts.md"
+HEADER = """# Appendix · Every TODO's contract, clause by clause (maintainers)
+
+Each TODO's tests begin with its contract, one clause a line, and the test that fails when that
+clause alone is broken (each such test also fails on a mutant of its own in `mutants/`). This page
+collects them: `python -m koans.contracts --update` writes it from `tests/test_chNN_*.py`.
+"""
+
+
+def chapter_text(chapter) -> str:
+    return "\n".join(path.read_text() for path in sorted(chapter.test_file.parent.glob(f"test_{chapter.tag}_*.py")))
+
+
+def clauses(rows: str) -> list[tuple[str, list[str]]]:
+    """(clause, tests) for each clause of one table; a test name cut at "_" across lines is joined."""
+    rows = re.sub(r"_\n#\s+", "_", rows)
+    items: list[list[str]] = []
+    for line in rows.splitlines():
+        body = line.lstrip("#").strip()
+        start = re.match(r"(?:-|\d+\.)\s+(.*)", body)
+        if start:
+            items.append([start.group(1)])
+        elif items:
+            items[-1].append(body)
+    found = []
+    for parts in items:
+        text = " ".join(parts)
+        clause = text.split("->", 1)[0].strip().rstrip(",")
+        found.append((clause, list(dict.fromkeys(re.findall(r"\btest_\w+", text)))))
+    return found
+
+
+def tables(chapter) -> dict[str, list[tuple[str, list[str]]]]:
+    return {m["key"]: clauses(m["rows"]) for m in TABLE.finditer(chapter_text(chapter))}
+
+
+def page() -> str:
+    out = [HEADER]
+    for chapter in CHAPTERS:
+        out.append(f"## {chapter.tag}: {chapter.title}\n\n| TODO | clause | held by |\n|---|---|---|")
+        for key, rows in tables(chapter).items():
+            for clause, tests in rows:
+                cell = clause.replace("|", "\\|")
+                out.append(f"| `{key}` | {cell} | {', '.join(f'`{t}`' for t in tests)} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m koans.contracts", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--update", action="store_true", help="write docs/appendix/contracts.md instead of printing")
+    args = parser.parse_args(argv)
+    text = page()
+    if args.update:
+        PAGE.write_text(text)
+        print(f"wrote {PAGE.relative_to(PROJECT_ROOT)}")
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
