@@ -52,7 +52,10 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    impl = harness.selected_impl(config.getoption("--impl"))
+    try:
+        impl = harness.selected_impl(config.getoption("--impl"))
+    except ValueError as err:  # an unknown --impl, or --impl solutions in the student edition
+        raise pytest.UsageError(str(err)) from None
     os.environ[harness.IMPL_ENV] = impl  # seen by helpers and by the processes we spawn
     config.koans_impl = impl
     config.koans_results = ResultLog(config.getoption("--koans-json"))

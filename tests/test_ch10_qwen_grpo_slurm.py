@@ -99,7 +99,7 @@ def assert_nothing_left(seen: dict) -> None:
         f"each node runs a worker and a process of the job: {seen['job_processes_at_the_end']} processes")
     assert seen["left_after_stop"] == [], (
         f"processes of Slurm job {seen['job_id']} outlived the job's stop: {seen['left_after_stop']}")
-    assert seen["job_state_after_stop"] not in ("RUNNING", "PENDING", "COMPLETING", "CONFIGURING"), (
+    assert seen["job_state_after_stop"] not in LIVE_JOB_STATES, (
         f"Slurm job {seen['job_id']} is still {seen['job_state_after_stop']} after the run: JobHosts.kill must "
         "cancel it (scancel)")
     live = slurm("squeue", "-h", "-o", "%i %T").split()
@@ -184,6 +184,9 @@ def job_processes(job_id: str) -> list[int]:
     return found
 
 
+LIVE_JOB_STATES = ("RUNNING", "PENDING", "COMPLETING", "CONFIGURING")
+
+
 def tool(*args: str) -> str:
     return subprocess.run(list(args), capture_output=True, text=True, timeout=60).stdout.strip()
 
@@ -263,7 +266,13 @@ def drive(argv: list[str]) -> None:
         job_processes(seen["job_id"])
     if seen["left_after_stop"] is True:
         seen["left_after_stop"] = []
-    seen["job_state_after_stop"] = tool("squeue", "-h", "-j", seen["job_id"], "-o", "%T")
+    # After scancel a job passes through COMPLETING while its nodes clean up (seconds, longer on a busy machine):
+    # wait for it to leave the live states; a job never cancelled stays RUNNING and fails the assertion.
+    def job_state() -> str:
+        return tool("squeue", "-h", "-j", seen["job_id"], "-o", "%T")
+
+    wait_until(lambda: job_state() not in LIVE_JOB_STATES, timeout=120)
+    seen["job_state_after_stop"] = job_state()
     print("RESULT " + json.dumps(seen, default=str), flush=True)
 
 
