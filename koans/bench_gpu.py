@@ -86,7 +86,8 @@ def grpo(impl: str = "solutions", steps: int = 12) -> dict:
     grpo_chapter = importlib.import_module(f"{impl}.ch10_qwen_grpo")
     plumbing = importlib.import_module(f"{impl}.ch10_plumbing")
     config = grpo_chapter.RunConfig(model="random:qwen2.5-0.5b", dtype="bfloat16", steps=steps, max_new_tokens=16,
-                                    groups_per_step=8, group_size=8, kl_coef=0.0, loss_mean="sequence")
+                                    groups_per_step=8, group_size=8, kl_coef=0.0, loss_mean="sequence",
+                                    max_grad_norm=None)
     figures = {}
     for mode in ("sync", "async"):
         run = plumbing.train(config, mode, name=f"gpu_{mode}")

@@ -251,15 +251,11 @@ HINTS: dict[str, dict[str, tuple[str, ...]]] = {
             "return torch.where(mask.bool(), weights, 0.0): padding weighs exactly 0, even where its ratio is inf or "
             "nan (-inf log-probabilities), which `weights * mask` would turn into nan.",
         ),
-        "effective_sample_size": (
-            "Keep only the real tokens, then (sum w)^2 / sum w^2 says how many of them really count.",
-            "kept = weights[mask.bool()]; with none kept (or all zero), answer 1.0.",
-            "return float(kept.sum() ** 2 / (kept * kept).sum() / kept.numel())",
-        ),
         "decoupled_ppo_loss": (
             "Chapter 10's clipped objective, with two changes: the ratio is to the proximal policy, and "
             "each token is weighted by w.",
-            "w = truncated_importance_weights(proximal_logps, behaviour_logps, mask, cap); "
+            "w = weights if the caller gave them, else truncated_importance_weights(proximal_logps, behaviour_logps, "
+            "mask, cap); "
             "ratio = torch.exp(logps - proximal_logps); A = advantages[:, None].",
             "objective = w * torch.min(ratio * A, ratio.clamp(1 - clip, 1 + clip) * A) (or w * ratio * A when "
             "clip is None); loss = -masked_mean(objective, mask); stats from effective_sample_size(w, mask) and "
@@ -270,6 +266,14 @@ HINTS: dict[str, dict[str, tuple[str, ...]]] = {
             "generator's version.",
             "number = self.admitted; too late if number // self.batch_groups - generator_version > self.max_lag.",
             "Too late: self.refused += 1; return None. Else: self.admitted += 1; return number.",
+        ),
+        "masked_importance_weights": (
+            "The same ratio as truncated_importance_weights, proximal over behaviour; what changes is what happens "
+            "outside the band: the token is dropped (weight 0), not pulled back to the band's end.",
+            "ratio = torch.exp(proximal_logps - behaviour_logps).detach(); inside = (ratio >= low) & (ratio <= high) "
+            "& mask.bool(): both ends count as inside.",
+            "return torch.where(inside, ratio, torch.zeros_like(ratio)): a -inf on padding gives a nan ratio, and "
+            "torch.where keeps it out where `ratio * inside` would not.",
         ),
     },
     "ch12": {

@@ -1,9 +1,13 @@
-"""Chapter 11: plausible wrong answers (see mutants/README.md)."""
+"""Chapter 11: plausible wrong answers (see mutants/README.md).
+
+effective_sample_size is given code now (chapter 11 keeps to four TODOs), so its mutants are gone.
+"""
 
 from koans.mutants import Mutant
 
 LOSS = '''
-    weights = truncated_importance_weights(proximal_logps, behaviour_logps, mask, cap)
+    if weights is None:
+        weights = truncated_importance_weights(proximal_logps, behaviour_logps, mask, cap)
     ratio = torch.exp(logps - proximal_logps)
     per_token_advantage = advantages[:, None]
     if clip is None:
@@ -16,6 +20,12 @@ LOSS = '''
     loss = -masked_mean(objective, mask)
     return loss, {"ess": effective_sample_size(weights, mask), "clip_fraction": float(masked_mean(clipped, mask)),
                   "mean_weight": float(masked_mean(weights, mask))}
+'''
+
+MASKED = '''
+    ratio = torch.exp(proximal_logps - behaviour_logps).detach()
+    inside = (ratio >= low) & (ratio <= high) & mask.bool()
+    return torch.where(inside, ratio, torch.zeros_like(ratio))
 '''
 
 MUTANTS = [
@@ -36,17 +46,6 @@ MUTANTS = [
         if cap is not None:
             weights = weights.clamp(max=cap)
         return weights
-    '''),
-    Mutant("effective_sample_size", "counts the padding", '''
-        if float((weights * weights).sum()) == 0.0:
-            return 1.0
-        return float(weights.sum() ** 2 / (weights * weights).sum() / weights.numel())
-    '''),
-    Mutant("effective_sample_size", "forgets to normalise by the count", '''
-        kept = weights[mask.bool()]
-        if kept.numel() == 0 or float((kept * kept).sum()) == 0.0:
-            return 1.0
-        return float(kept.sum() ** 2 / (kept * kept).sum())
     '''),
     Mutant("decoupled_ppo_loss", "the ratio to the behaviour policy, as in chapter 10",
            LOSS.replace("ratio = torch.exp(logps - proximal_logps)", "ratio = torch.exp(logps - behaviour_logps)")),
@@ -83,12 +82,6 @@ MUTANTS = [
             weights = weights.clamp(max=cap)
         return weights * mask
     '''),
-    Mutant("effective_sample_size", "no guard: only zero weights give 0/0", '''
-        kept = weights[mask.bool()]
-        if kept.numel() == 0:
-            return 1.0
-        return float(kept.sum() ** 2 / (kept * kept).sum() / kept.numel())
-    '''),
     Mutant("decoupled_ppo_loss", "the mean weight over every token, padding included",
            LOSS.replace('"mean_weight": float(masked_mean(weights, mask))', '"mean_weight": float(weights.mean())')),
     Mutant("truncated_importance_weights", "exp(diff).clamp(max=cap) * mask: NaN on -inf padding when cap=None "
@@ -97,12 +90,6 @@ MUTANTS = [
         if cap is not None:
             weights = weights.clamp(max=cap)
         return weights * mask
-    '''),
-    Mutant("effective_sample_size", "answers a 0-d tensor, not a Python float", '''
-        kept = weights[mask.bool()]
-        if kept.numel() == 0 or float((kept * kept).sum()) == 0.0:
-            return 1.0
-        return kept.sum() ** 2 / (kept * kept).sum() / kept.numel()
     '''),
     Mutant("decoupled_ppo_loss", "the caller's cap not passed on: None or 5 silently become 2.0 (a learner's)",
            LOSS.replace("truncated_importance_weights(proximal_logps, behaviour_logps, mask, cap)",
@@ -115,4 +102,23 @@ MUTANTS = [
     Mutant("decoupled_ppo_loss", "the clip hard-coded to 0.8/1.2, whatever the caller's clip",
            LOSS.replace("ratio.clamp(1 - clip, 1 + clip)", "ratio.clamp(0.8, 1.2)").replace(
                "(ratio < 1 - clip) | (ratio > 1 + clip)", "(ratio < 0.8) | (ratio > 1.2)")),
+    Mutant("decoupled_ppo_loss", "the caller's weights ignored: the truncated ones computed anyway",
+           LOSS.replace("    if weights is None:\n        weights = truncated", "    weights = truncated")),
+    Mutant("masked_importance_weights", "truncates to the band instead of masking: clamp(low, high)",
+           MASKED.replace("inside = (ratio >= low) & (ratio <= high) & mask.bool()", "inside = mask.bool()").replace(
+               "torch.where(inside, ratio,", "torch.where(inside, ratio.clamp(low, high),")),
+    Mutant("masked_importance_weights", "strict inequalities: a ratio at an end of the band is dropped",
+           MASKED.replace("(ratio >= low) & (ratio <= high)", "(ratio > low) & (ratio < high)")),
+    Mutant("masked_importance_weights", "the band hard-coded to [0.5, 2], whatever the caller's",
+           MASKED.replace("(ratio >= low) & (ratio <= high)", "(ratio >= 0.5) & (ratio <= 2.0)")),
+    Mutant("masked_importance_weights", "multiplies by the band and the mask: NaN on -inf padding", '''
+        ratio = torch.exp(proximal_logps - behaviour_logps).detach()
+        return ratio * ((ratio >= low) & (ratio <= high)).float() * mask
+    '''),
+    Mutant("masked_importance_weights", "the ratio upside down: behaviour over proximal",
+           MASKED.replace("torch.exp(proximal_logps - behaviour_logps)", "torch.exp(behaviour_logps - proximal_logps)")),
+    Mutant("masked_importance_weights", "no detach: a gradient flows through the weights",
+           MASKED.replace(".detach()", "")),
+    Mutant("masked_importance_weights", "forgets the padding: the ratio kept wherever it is in the band",
+           MASKED.replace(" & mask.bool()", "")),
 ]

@@ -39,8 +39,8 @@ from .ch10_multihost import (HostsSpec, JobHosts, add_host_flags, describe_hosts
                              killing_host_at, missing_scheduler)
 from .ch10_policy import (CountingTask, Prompt, greedy_answers, pad_left, prompt_ids,  # noqa: F401 (tests use them)
                           sample_group)
-from .ch10_qwen_grpo import (TIMEOUT, Rollout, RunConfig, continuous_rollouts, pick_device, policy_loss,
-                             response_logprobs, score)
+from .ch10_qwen_grpo import (TIMEOUT, Rollout, RunConfig, clip_gradients, continuous_rollouts, pick_device,
+                             policy_loss, response_logprobs, score)
 
 
 class Generator(Actor):
@@ -154,6 +154,7 @@ class Trainer(Actor):
             await self.publisher.wait_staged()  # the last version's snapshot is copied: weights may change
             self.optimizer.zero_grad()
             loss.backward()
+            stats["grad_norm"] = clip_gradients(self.model, self.config.max_grad_norm)
             self.optimizer.step()
             lags = [self.version - r.version for r in rollouts]
             self.version += 1
@@ -375,6 +376,8 @@ def main() -> None:
                         help="average the loss per response, then over responses; or over every token alike")
     parser.add_argument("--advantage-std", action=argparse.BooleanOptionalAction, default=RunConfig.advantage_std,
                         help="divide each advantage by its group's std (--no-advantage-std: reward - group mean)")
+    parser.add_argument("--max-grad-norm", type=float, default=RunConfig.max_grad_norm,
+                        help="clip the gradient's total norm to this before each step (0: no clip)")
     parser.add_argument("--seed", type=int, default=RunConfig.seed)
     parser.add_argument("--show-every", type=int, default=20)
     parser.add_argument("--kill-at", type=int, default=0, metavar="STEP",
@@ -387,12 +390,14 @@ def main() -> None:
         parser.error(missing)
     config = RunConfig(model=args.model, seed=args.seed, steps=args.steps, max_lag=args.max_lag,
                        generators=args.generators, kl_coef=args.kl_coef, dtype=args.dtype, lr=args.lr,
-                       loss_mean=args.loss_mean, advantage_std=args.advantage_std, group_size=args.group_size)
+                       loss_mean=args.loss_mean, advantage_std=args.advantage_std, group_size=args.group_size,
+                       max_grad_norm=args.max_grad_norm or None)
     modes = ["sync", "async"] if args.compare else [args.mode]
     print(f"Chapter 10: GRPO on {config.model or 'a tiny Qwen2 (random init)'}, task 'Count to N', "
           f"{config.generators} generators, {config.steps} steps of {config.groups_per_step}x{config.group_size} "
           f"samples, max lag {config.max_lag}, lr {config.lr:g}, {config.loss_mean}-mean loss, advantages "
-          f"{'/ std' if config.advantage_std else 'without std'}, device {pick_device()}\n")
+          f"{'/ std' if config.advantage_std else 'without std'}, KL {config.kl_coef:g}, gradient norm clipped at "
+          f"{config.max_grad_norm if config.max_grad_norm else 'no limit'}, device {pick_device()}\n")
     figures = {}
     for mode in modes:
         figures[mode] = show_run(config, mode, args.show_every, args.trace if mode == modes[-1] else None,

@@ -53,15 +53,16 @@ class RunConfig:
 
     model: str | None = None  # None: the tiny offline Qwen2; else a hub id or local path
     seed: int = 0
-    steps: int = 600
+    steps: int = 800
     groups_per_step: int = 8  # prompts per training batch
-    group_size: int = 32  # G: responses per prompt
+    group_size: int = 16  # G: responses per prompt
     max_new_tokens: int = 10
     lr: float = 5e-4
     clip: float = 0.2
     kl_coef: float = 0.03  # > 0: a KL penalty towards the initial policy (from a random start: an entropy floor)
     loss_mean: str = "token"  # "sequence": each response's tokens, then the responses; "token": all tokens alike
     advantage_std: bool = True  # divide by the group's std (GRPO); False: reward - group mean (Dr. GRPO)
+    max_grad_norm: float | None = 1.0  # clip the gradient's total norm to this before each step; None: no clip
     max_lag: int = 1
     generators: int = 2
     lease_timeout_s: float = 10.0  # a dead generator's lease blocks a staging slot this long (ch07)
@@ -225,6 +226,15 @@ def policy_loss(logps: torch.Tensor, old_logps: torch.Tensor, rewards: torch.Ten
         loss = loss + config.kl_coef * kl
         stats["kl"] = float(kl.detach())
     return loss, stats
+
+
+def clip_gradients(model: torch.nn.Module, max_grad_norm: float | None) -> float:
+    """Scale the gradients (after backward) so their total norm is at most `max_grad_norm`; None: leave
+    them. Answers the norm before the clip. One rare batch can have a gradient tens of times the usual
+    (a sampled token the policy now finds very unlikely); clipped, it moves the policy no further than
+    a usual batch does."""
+    limit = float("inf") if max_grad_norm is None else max_grad_norm
+    return float(torch.nn.utils.clip_grad_norm_(model.parameters(), limit))
 
 
 # --- The rollout loop (given) ----------------------------------------------------------------

@@ -23,18 +23,27 @@ for every token:
       trained while its lag is still within the bound. Nothing is made to be
       thrown away.
 
+Staleness is not the only reason the behaviour and proximal numbers differ.
+Even at lag 0, the sampler (an inference engine: bf16, other kernels, fp8
+weights) and the trainer compute different probabilities for the same
+weights: a *mismatch*. The same weight, proximal over behaviour, measures it;
+masked importance sampling keeps a token's weight only while it stays inside
+a band [low, high] and drops the token (weight 0) once it leaves it.
+
 The lab (`python -m exercises.ch11_staleness --sweep`) trains the counting task
-of chapter 10 at max lag 0, 1, 2, 4 and 8 with each correction, and
+of chapter 10 at max lag 0, 1, 2, 4 and 8 with each correction; `--mismatch`
+trains it at lag 0 with a sampler whose numbers differ from the trainer's; and
 `--env-latency-ms 0,20,50,100` measures async against lock step when every
 rollout waits on an environment, as a code sandbox or a remote judge makes it wait.
 
 Your TODOs:
   1. truncated_importance_weights   w per token, capped, 0 on padding
-  2. effective_sample_size          how many of the batch's tokens really count, as a fraction
-  3. decoupled_ppo_loss             the clipped ratio against the proximal policy, weighted by w
-  4. AdmissionWindow.admit          start a group only if it will be trained within the lag bound
+  2. decoupled_ppo_loss             the clipped ratio against the proximal policy, weighted by w
+  3. AdmissionWindow.admit          start a group only if it will be trained within the lag bound
+  4. masked_importance_weights      the mismatch correction: w inside the band, 0 outside it
 
-Given, safe to skip: ch11_plumbing.py (the lab, the latency experiment, the comparison with chapter 09).
+Given: effective_sample_size (read it: the loss reports it). Safe to skip: ch11_plumbing.py (the labs,
+the latency experiment, the comparison with chapter 09).
 Check: koans check 11   Lab: python -m exercises.ch11_staleness --sweep   Read: docs/11_staleness.md
 """
 
@@ -64,33 +73,34 @@ def truncated_importance_weights(proximal_logps: torch.Tensor, behaviour_logps: 
 
 def effective_sample_size(weights: torch.Tensor, mask: torch.Tensor) -> float:
     """(sum w)^2 / sum w^2 over the tokens where mask is 1, divided by their count: in (0, 1]."""
-    # >>> TODO(ch11): the normalised effective sample size of the masked weights
-    # Only tokens with mask 1 count, padding nowhere. Equal weights give 1.0; one weight far above
-    # the others gives about 1 / (number of tokens). No tokens, or only zero weights: 1.0.
+    # Given: only tokens with mask 1 count. Equal weights give 1.0; one weight far above the others
+    # gives about 1 / (number of tokens). No tokens, or only zero weights: 1.0.
     kept = weights[mask.bool()]
     if kept.numel() == 0 or float((kept * kept).sum()) == 0.0:
         return 1.0
     return float(kept.sum() ** 2 / (kept * kept).sum() / kept.numel())
-    # <<< TODO
 
 
 def decoupled_ppo_loss(logps: torch.Tensor, proximal_logps: torch.Tensor, behaviour_logps: torch.Tensor,
                        advantages: torch.Tensor, mask: torch.Tensor, clip: float | None = 0.2,
-                       cap: float | None = 2.0):
+                       cap: float | None = 2.0, weights: torch.Tensor | None = None):
     """Decoupled PPO: the ratio to the proximal policy, clipped; each token weighted by w.
 
     logps (being trained), proximal_logps, behaviour_logps, mask: [N, T]; advantages: [N].
     clip=None: no clip, which is plain truncated importance sampling.
+    weights: [N, T] weights to use as w instead (those of masked_importance_weights, say); None: the truncated ones.
     Returns (loss, {"ess": float, "clip_fraction": float, "mean_weight": float}).
     """
     # >>> TODO(ch11): w * PPO's clipped objective against the proximal policy; its negative masked mean
-    # w from truncated_importance_weights; r = p_current / p_proximal per token; the objective per
-    # token is w * min(r * A, clip(r, 1 - clip, 1 + clip) * A), or w * r * A when clip is None.
+    # w: the caller's `weights` when given, else truncated_importance_weights'; r = p_current / p_proximal
+    # per token; the objective per token is w * min(r * A, clip(r, 1 - clip, 1 + clip) * A), or w * r * A
+    # when clip is None.
     # loss = -masked_mean(objective, mask). Stats, each like the loss a masked_mean (per response, then
     # over responses): "clip_fraction" of r outside [1 - clip, 1 + clip] (0.0 without a clip),
     # "mean_weight" of w; and "ess", the effective_sample_size of w. The caller's clip and cap (None
     # included) are the ones used; a response of padding only counts 0, never NaN. Stats: Python floats.
-    weights = truncated_importance_weights(proximal_logps, behaviour_logps, mask, cap)
+    if weights is None:
+        weights = truncated_importance_weights(proximal_logps, behaviour_logps, mask, cap)
     ratio = torch.exp(logps - proximal_logps)
     per_token_advantage = advantages[:, None]
     if clip is None:
@@ -103,6 +113,25 @@ def decoupled_ppo_loss(logps: torch.Tensor, proximal_logps: torch.Tensor, behavi
     loss = -masked_mean(objective, mask)
     return loss, {"ess": effective_sample_size(weights, mask), "clip_fraction": float(masked_mean(clipped, mask)),
                   "mean_weight": float(masked_mean(weights, mask))}
+    # <<< TODO
+
+
+def masked_importance_weights(proximal_logps: torch.Tensor, behaviour_logps: torch.Tensor, mask: torch.Tensor,
+                              low: float = 0.5, high: float = 2.0) -> torch.Tensor:
+    """[N, T] per-token weights p_proximal / p_behaviour where that ratio lies in [low, high]; else exactly 0.
+
+    At lag 0 the ratio measures the mismatch alone: the sampler's numbers against the trainer's for the
+    same weights. A token inside the band is corrected by its weight; a token outside it is dropped.
+    """
+    if not 0.0 <= low <= 1.0 <= high:
+        raise ValueError(f"the band [{low}, {high}] must hold 1 (on-policy tokens are kept): need 0 <= low <= 1 <= high")
+    # >>> TODO(ch11): the ratio where it lies inside [low, high] (both ends kept), exactly 0 outside it and on padding
+    # Outside the band the weight is 0, not the nearest end of the band (that would be truncation). Like
+    # truncated_importance_weights: no gradient flows through the weights, and padding weighs exactly 0
+    # whatever its log-probabilities hold (-inf included). The caller's low and high are the band.
+    ratio = torch.exp(proximal_logps - behaviour_logps).detach()
+    inside = (ratio >= low) & (ratio <= high) & mask.bool()
+    return torch.where(inside, ratio, torch.zeros_like(ratio))
     # <<< TODO
 
 

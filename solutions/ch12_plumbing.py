@@ -46,6 +46,7 @@ class ToolsConfig(RunConfig):
     group_size: int = 8
     kl_coef: float = 0.0  # chapter 10's first recipe, on which this chapter's figures were measured
     loss_mean: str = "sequence"
+    max_grad_norm: float | None = None
     steps: int = 150
     limits: Limits = Limits()
     tools: int = 3  # tool workers in the pool

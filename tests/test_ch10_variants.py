@@ -137,3 +137,21 @@ def test_an_unknown_loss_mean_is_refused(grpo):
     logps, old, _, mask, rewards = batch(4)
     with pytest.raises(ValueError, match="loss_mean"):
         grpo.policy_loss(logps, old, rewards, mask, config(grpo, loss_mean="median"))
+
+
+def test_clip_gradients_scales_the_total_norm_down_to_the_limit_and_answers_the_norm_before(grpo):
+    layer = torch.nn.Linear(2, 2)
+    for limit, expected_after in ((None, 5.0), (10.0, 5.0), (1.0, 1.0), (0.5, 0.5)):
+        layer.weight.grad = torch.tensor([[3.0, 0.0], [0.0, 0.0]])
+        layer.bias.grad = torch.tensor([0.0, 4.0])  # total norm sqrt(9 + 16) = 5
+        before = grpo.clip_gradients(layer, limit)
+        after = torch.cat([layer.weight.grad.flatten(), layer.bias.grad]).norm()
+        assert before == pytest.approx(5.0) and float(after) == pytest.approx(expected_after, rel=1e-4), (
+            f"max_grad_norm={limit}: norm {before} before, {float(after)} after; expected 5.0 and {expected_after}")
+        assert layer.bias.grad[1] / layer.weight.grad[0, 0] == pytest.approx(4 / 3), "clipping keeps the direction"
+
+
+def test_the_main_job_clips_by_default_and_chapter_10s_first_recipe_does_not(grpo):
+    assert grpo.RunConfig().max_grad_norm == 1.0, "the main job clips the gradient's norm at 1.0"
+    ch12 = importlib.import_module(grpo.__name__.replace("ch10_qwen_grpo", "ch12_plumbing"))
+    assert ch12.ToolsConfig().max_grad_norm is None, "chapter 12's figures were measured without a clip"

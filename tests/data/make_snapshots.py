@@ -125,17 +125,6 @@ def importance_weight_cases() -> list[dict]:
     return cases
 
 
-def sample_size_cases() -> list[dict]:
-    cases = []
-    for seed, (rows, width) in enumerate([(3, 5), (1, 8), (4, 4), (2, 6)]):
-        generator = torch.Generator().manual_seed(400 + seed)
-        weights = torch.rand(rows, width, generator=generator) * 3
-        mask = padded_mask(generator, rows, width, empty_row=(seed == 2))
-        cases.append({"weights": values(weights), "mask": values(mask),
-                      "expected": ch11.effective_sample_size(weights, mask)})
-    return cases
-
-
 def decoupled_cases() -> list[dict]:
     cases = []
     settings = [(4, 5, 0.1, None), (3, 6, 0.3, 5.0), (4, 4, None, 1.5), (2, 5, None, None), (3, 5, 0.2, 2.0),
@@ -156,11 +145,52 @@ def decoupled_cases() -> list[dict]:
     return cases
 
 
+def masked_weight_cases() -> list[dict]:
+    cases = []
+    for seed, (rows, width, low, high, minus_inf) in enumerate([(3, 5, 0.5, 2.0, False), (3, 6, 0.8, 1.25, True),
+                                                                (4, 4, 0.2, 5.0, False), (2, 5, 0.0, 3.0, True),
+                                                                (3, 4, 1.0, 1.5, False), (4, 5, 0.6, 1.0, True)]):
+        generator = torch.Generator().manual_seed(600 + seed)
+        mask = padded_mask(generator, rows, width)
+        proximal = -(torch.randn(rows, width, generator=generator).abs())
+        behaviour = proximal + 0.8 * torch.randn(rows, width, generator=generator)
+        if minus_inf:
+            behaviour = behaviour.masked_fill(mask == 0, -math.inf)
+            proximal = proximal.masked_fill((mask == 0) & (torch.arange(width) % 2 == 0), -math.inf)
+        cases.append({"proximal": values(proximal), "behaviour": values(behaviour), "mask": values(mask), "low": low,
+                      "high": high, "expected": values(ch11.masked_importance_weights(proximal, behaviour, mask, low,
+                                                                                      high))})
+    return cases
+
+
+def decoupled_with_weights_cases() -> list[dict]:
+    """decoupled_ppo_loss given the masked weights (the mismatch correction) instead of its truncated ones."""
+    cases = []
+    for seed, (rows, width, clip, band) in enumerate([(4, 5, 0.2, (0.5, 2.0)), (3, 6, None, (0.6, 1.6)),
+                                                      (4, 4, 0.1, (0.2, 5.0))]):
+        generator = torch.Generator().manual_seed(700 + seed)
+        mask = padded_mask(generator, rows, width, empty_row=(seed == 1))
+        inputs = policy_inputs(generator, rows, width, mask)
+        proximal = inputs["logps"] + 0.2 * torch.randn(rows, width, generator=generator)
+        behaviour = proximal + 0.6 * torch.randn(rows, width, generator=generator)  # a sampler's other numbers
+        weights = ch11.masked_importance_weights(proximal, behaviour, mask, *band)
+        logps = inputs["logps"].clone().requires_grad_(True)
+        loss, stats = ch11.decoupled_ppo_loss(logps, proximal, behaviour, inputs["advantages"], mask, clip=clip,
+                                              weights=weights)
+        loss.backward()
+        cases.append({"logps": values(inputs["logps"]), "proximal": values(proximal), "behaviour": values(behaviour),
+                      "advantages": values(inputs["advantages"]), "mask": values(mask), "clip": clip,
+                      "weights": values(weights), "loss": float(loss.detach()), "grad": values(logps.grad), **stats})
+    return cases
+
+
 def main() -> None:
     ch10_data = {"group_advantages": group_advantage_cases(), "grpo_loss": grpo_loss_cases(),
                  "response_token_logprobs": response_logprob_cases(), "bfloat16": bfloat16_case()}
     ch11_data = {"truncated_importance_weights": importance_weight_cases(),
-                 "effective_sample_size": sample_size_cases(), "decoupled_ppo_loss": decoupled_cases()}
+                 "decoupled_ppo_loss": decoupled_cases(),
+                 "masked_importance_weights": masked_weight_cases(),
+                 "decoupled_ppo_loss_with_weights": decoupled_with_weights_cases()}
     for name, data in (("ch10_snapshots.json", ch10_data), ("ch11_snapshots.json", ch11_data)):
         (HERE / name).write_text(json.dumps(data, indent=None) + "\n")
         print(f"wrote {HERE / name}")
