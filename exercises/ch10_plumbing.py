@@ -386,6 +386,8 @@ def main() -> None:
     add_host_flags(parser)
     args = parser.parse_args()
     hosts = hosts_from_args(parser, args)
+    if args.max_grad_norm < 0:
+        parser.error(f"--max-grad-norm {args.max_grad_norm}: a norm is 0 or more (0 turns the clip off)")
     if hosts is not None and (missing := missing_scheduler(hosts.scheduler)):
         parser.error(missing)
     config = RunConfig(model=args.model, seed=args.seed, steps=args.steps, max_lag=args.max_lag,

@@ -233,6 +233,8 @@ def clip_gradients(model: torch.nn.Module, max_grad_norm: float | None) -> float
     them. Answers the norm before the clip. One rare batch can have a gradient tens of times the usual
     (a sampled token the policy now finds very unlikely); clipped, it moves the policy no further than
     a usual batch does."""
+    if max_grad_norm is not None and not max_grad_norm > 0:
+        raise ValueError(f"max_grad_norm must be above 0 (or None: no clip), got {max_grad_norm}")
     limit = float("inf") if max_grad_norm is None else max_grad_norm
     return float(torch.nn.utils.clip_grad_norm_(model.parameters(), limit))
 

@@ -149,6 +149,8 @@ def test_clip_gradients_scales_the_total_norm_down_to_the_limit_and_answers_the_
         assert before == pytest.approx(5.0) and float(after) == pytest.approx(expected_after, rel=1e-4), (
             f"max_grad_norm={limit}: norm {before} before, {float(after)} after; expected 5.0 and {expected_after}")
         assert layer.bias.grad[1] / layer.weight.grad[0, 0] == pytest.approx(4 / 3), "clipping keeps the direction"
+    with pytest.raises(ValueError, match="max_grad_norm must be above 0"):
+        grpo.clip_gradients(layer, -1.0)  # a negative limit would flip every gradient
 
 
 def test_the_main_job_clips_by_default_and_chapter_10s_first_recipe_does_not(grpo):
