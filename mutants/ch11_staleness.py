@@ -116,7 +116,8 @@ MUTANTS = [
         return ratio * ((ratio >= low) & (ratio <= high)).float() * mask
     '''),
     Mutant("masked_importance_weights", "the ratio upside down: behaviour over proximal",
-           MASKED.replace("torch.exp(proximal_logps - behaviour_logps)", "torch.exp(behaviour_logps - proximal_logps)")),
+           MASKED.replace("torch.exp(proximal_logps - behaviour_logps)",
+                          "torch.exp(behaviour_logps - proximal_logps)")),
     Mutant("masked_importance_weights", "no detach: a gradient flows through the weights",
            MASKED.replace(".detach()", "")),
     Mutant("masked_importance_weights", "forgets the padding: the ratio kept wherever it is in the band",

@@ -230,9 +230,8 @@ def policy_loss(logps: torch.Tensor, old_logps: torch.Tensor, rewards: torch.Ten
 
 def clip_gradients(model: torch.nn.Module, max_grad_norm: float | None) -> float:
     """Scale the gradients (after backward) so their total norm is at most `max_grad_norm`; None: leave
-    them. Answers the norm before the clip. One rare batch can have a gradient tens of times the usual
-    (a sampled token the policy now finds very unlikely); clipped, it moves the policy no further than
-    a usual batch does."""
+    them. Answers the norm before the clip. One rare batch can have a gradient tens of times the usual;
+    clipped, it reaches the optimizer's running averages no larger than any other batch."""
     if max_grad_norm is not None and not max_grad_norm > 0:
         raise ValueError(f"max_grad_norm must be above 0 (or None: no clip), got {max_grad_norm}")
     limit = float("inf") if max_grad_norm is None else max_grad_norm

@@ -16,7 +16,7 @@ never act).
 
 The mismatch lab runs at lag 0 with a sampler whose numbers differ from the
 trainer's on purpose: every logit it computes is off by Gaussian noise of a
-chosen size (in nats), drawn afresh at every sampling step, and it reports
+chosen size (in nats), drawn afresh for every token it samples, and it reports
 the log-probabilities it sampled from, as an inference engine does. The
 trainer recomputes them exactly, so proximal over behaviour is the mismatch
 alone.
@@ -56,7 +56,8 @@ MISMATCH_JSON = PROJECT_ROOT / ".koans" / "ch11_mismatch.json"
 
 
 @torch.no_grad()
-def sample_responses(model, ids: torch.Tensor, max_new_tokens: int, eos_id: int, pad_id: int, logit_noise: float = 0.0):
+def sample_responses(model, ids: torch.Tensor, max_new_tokens: int, eos_id: int, pad_id: int,
+                     logit_noise: float = 0.0):
     """Sample a response for each row of `ids` (all one length) at temperature 1: (responses, mask, logps),
     logps being the sampler's own log-probability of each token it chose. With `logit_noise` > 0 every
     logit is off by Gaussian noise of that size, as a sampler with other numbers than the trainer's."""
@@ -139,10 +140,12 @@ def lab_run(lag: int, correction: str, seed: int = 0, steps: int = 100, groups: 
         rewards.append(float(reward.mean()))
         clip_fraction.append(sum(step_clip) / len(step_clip))
     tail = max(1, steps // 5)
-    return {"eval_reward": clean_reward(model, tokenizer, task, seed), "lag": lag, "correction": correction, "seed": seed, "steps": steps, "samples": steps * groups * group_size,
+    return {"eval_reward": clean_reward(model, tokenizer, task, seed), "lag": lag, "correction": correction,
+            "seed": seed, "steps": steps, "samples": steps * groups * group_size,
             "final_reward": sum(rewards[-tail:]) / tail, "first_reward": sum(rewards[:tail]) / tail,
             "mean_ess": sum(ess) / len(ess), "min_ess": min(ess), "clip_fraction": sum(clip_fraction) / len(clip_fraction),
-            "logit_noise": logit_noise, "mean_abs_log_ratio": sum(gap) / len(gap), "outside_band": sum(outside) / len(outside),
+            "logit_noise": logit_noise, "mean_abs_log_ratio": sum(gap) / len(gap),
+            "outside_band": sum(outside) / len(outside),
             "rewards": rewards, "ess": ess}
 
 
@@ -319,8 +322,8 @@ def mismatch_table(report: dict) -> str:
         row += f"{statistics.mean(c['outside_band'] for c in mine):>13.1%}"
         lines.append(row)
     low, high = report["band"]
-    lines.append("noise: the sampler's logit error in nats. none: the mismatch ignored; clip: chapter 10's clip against "
-                 "the sampler's numbers; decoupled: truncated weights and the clip around the trainer's numbers; "
+    lines.append("noise: the sampler's logit error in nats. none: the mismatch ignored; clip: chapter 10's clip "
+                 "against the sampler's numbers; decoupled: truncated weights and the clip around the trainer's numbers; "
                  f"masked: weights kept only in [{low}, {high}], the same clip.")
     lines.append("|log ratio|: the mean over real tokens of |log p_trainer - log p_sampler|; outside band: the share "
                  "of tokens masked would drop. Both are means over the runs of all four corrections.")

@@ -124,8 +124,9 @@ def masked_importance_weights(proximal_logps: torch.Tensor, behaviour_logps: tor
     same weights. A token inside the band is corrected by its weight; a token outside it is dropped.
     """
     if not 0.0 <= low <= 1.0 <= high:
-        raise ValueError(f"the band [{low}, {high}] must hold 1 (on-policy tokens are kept): need 0 <= low <= 1 <= high")
-    # >>> TODO(ch11): the ratio where it lies inside [low, high] (both ends kept), exactly 0 outside it and on padding
+        raise ValueError(f"the band [{low}, {high}] must hold 1, so that on-policy tokens are kept: "
+                         "need 0 <= low <= 1 <= high")
+    # >>> TODO(ch11): the ratio inside [low, high] (ends included); exactly 0 outside it and on padding
     # Outside the band the weight is 0, not the nearest end of the band (that would be truncation). Like
     # truncated_importance_weights: no gradient flows through the weights, and padding weighs exactly 0
     # whatever its log-probabilities hold (-inf included). The caller's low and high are the band.

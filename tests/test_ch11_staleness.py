@@ -246,7 +246,8 @@ def test_decoupled_ppo_loss_with_weights_on_random_batches(chapter):
         for name in ("ess", "clip_fraction", "mean_weight"):
             assert stats[name] == pytest.approx(case[name], abs=1e-5), f"{where}: {name} {stats[name]}, not {case[name]}"
         loss.backward()
-        assert close(logps.grad, case["grad"], 1e-5), f"{where}: the gradient is off by {worst(logps.grad, case['grad']):.6f}"
+        assert close(logps.grad, case["grad"], 1e-5), (
+            f"{where}: the gradient is off by {worst(logps.grad, case['grad']):.6f}")
 
 
 # --- TODO 3: AdmissionWindow.admit ----------------------------------------------------------------
