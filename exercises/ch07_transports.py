@@ -116,14 +116,21 @@ def entry_view(flat: torch.Tensor, entry: Entry) -> torch.Tensor:
     return flat[entry.offset : entry.offset + entry.nbytes].view(entry.dtype).view(entry.shape)
 
 
-def stage(state_dict: Mapping[str, torch.Tensor], layout: Layout, slot: torch.Tensor) -> None:
-    """Copy every distinct tensor of `state_dict` to its place in the flat `slot`.
+def slot_views(layout: Layout, slot: torch.Tensor) -> list[torch.Tensor]:
+    """Every entry's view into the flat `slot`, in layout order: made once per slot, not per publish."""
+    return [entry_view(slot, entry) for entry in layout.entries]
+
+
+def stage(state_dict: Mapping[str, torch.Tensor], layout: Layout, targets: list[torch.Tensor]) -> None:
+    """Copy every distinct tensor of `state_dict` to its place in a flat slot (`targets`: its `slot_views`).
 
     On CUDA this runs on a side stream: with non_blocking=True, copies into
-    pinned memory return at once and the GPU does them in the background.
+    pinned memory return at once and the GPU does them in the background. One
+    `_foreach_copy_` (the batched copy FSDP2 uses) launches a few kernels
+    instead of one per tensor: on one H100, 290 separate copies of a 1 GB
+    model blocked the trainer for 8.8 ms a sync, the batched copy for 2.9.
     """
-    for entry in layout.entries:
-        entry_view(slot, entry).copy_(state_dict[entry.name].detach(), non_blocking=True)
+    torch._foreach_copy_(targets, [state_dict[entry.name].detach() for entry in layout.entries], non_blocking=True)
 
 
 def state_fingerprint(state_dict: Mapping[str, torch.Tensor]) -> str:
@@ -300,6 +307,7 @@ class StagingArea:
         self.where = choose_staging(staging, on_cuda)
         remove_orphaned_shm_files()
         self.slots = [StagingSlot(self.layout.total_bytes, self.where, on_cuda, rdma_chunk_bytes) for _ in range(num_slots)]
+        self.targets = [slot_views(self.layout, slot.flat) for slot in self.slots]
         self.copy_stream = torch.cuda.Stream() if on_cuda else None
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="weight-staging")
         self._in_flight: Future | None = None
@@ -325,7 +333,7 @@ class StagingArea:
             self.copy_stream.wait_stream(torch.cuda.current_stream())  # after the step that made these weights
             began = time.perf_counter()
             with torch.cuda.stream(self.copy_stream):
-                stage(state_dict, self.layout, self.slots[slot].flat)
+                stage(state_dict, self.layout, self.targets[slot])
                 self._copied_event = torch.cuda.Event()
                 self._copied_event.record()
             self._in_flight = self._worker.submit(self._commit_when_copied, slot, version, began, self._copied_event)
@@ -335,7 +343,7 @@ class StagingArea:
     def _stage_then_commit(self, state_dict, slot: int, version: int) -> None:
         began = time.perf_counter()
         try:
-            stage(state_dict, self.layout, self.slots[slot].flat)
+            stage(state_dict, self.layout, self.targets[slot])
         except BaseException:
             self.store.abort.call_one(slot).get(timeout=self.timeout)
             raise
