@@ -14,6 +14,7 @@ with that TODO fails.
 from __future__ import annotations
 
 import importlib.util
+import os
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,9 @@ from pathlib import Path
 from koans.manifest import PROJECT_ROOT, Chapter
 from koans.stubgen import StubError, find_todos
 
-MUTANTS_DIR = PROJECT_ROOT / "mutants"
+# $KOANS_MUTANTS_DIR: run a set of wrong answers kept elsewhere (an independent set, written
+# without reading the tests) through the same check: `KOANS_MUTANTS_DIR=DIR koans verify --mutants=only`.
+MUTANTS_DIR = Path(os.environ.get("KOANS_MUTANTS_DIR") or PROJECT_ROOT / "mutants")
 
 
 @dataclass(frozen=True)

@@ -57,4 +57,10 @@ MUTANTS = [
     Mutant("spawn_greeter", "spawns every greeter under one fixed actor name (a learner's)", '''
         return procs.spawn("greeter", Greeter, name)
     '''),
+    Mutant("start_one_process", "keeps the first mesh in a global and hands it out again", '''
+        global _ONE_MESH
+        if globals().get("_ONE_MESH") is None:
+            _ONE_MESH = this_host().spawn_procs(per_host={"procs": 1})
+        return _ONE_MESH
+    '''),
 ]

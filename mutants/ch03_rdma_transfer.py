@@ -146,4 +146,7 @@ MUTANTS = [
             pass
         return destination
     '''),
+    Mutant("TensorOwner.send_copy", "sends it as float32, whatever the owner's dtype", '''
+        return self.tensor.to(torch.float32)
+    '''),
 ]

@@ -57,4 +57,10 @@ MUTANTS = [
         sink.record.call_one(f"worker{rank}", "items_done", len(items)).get(timeout=TIMEOUT)
         return result
     '''),
+    Mutant("Worker.work", "asks find_sink as 'worker', without its rank", '''
+        result = sum(x * x for x in items)
+        sink = find_sink("worker", self.sink_name)
+        sink.record.call_one(f"worker{self.rank}", "items_done", len(items)).get(timeout=TIMEOUT)
+        return result
+    '''),
 ]

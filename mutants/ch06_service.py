@@ -123,4 +123,8 @@ MUTANTS = [
     Mutant("Service.route", "marks whatever replica now holds the index, not the one called (a learner's)",
            ROUTE.replace("        self.mark_unhealthy(replica, outcome.kind)\n",
                          "        self.mark_unhealthy(self.replicas[replica.index], outcome.kind)\n")),
+    Mutant("Service.route", "records the exception's text as the detail, not the outcome's summary",
+           ROUTE.replace("outcome.summary)", "str(outcome.value))")),
+    Mutant("Service.route", "tells ServiceUnavailable how many replicas there are, not how many are healthy",
+           ROUTE.replace("self.healthy_count())", "len(self.replicas))")),
 ]

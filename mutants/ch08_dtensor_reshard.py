@@ -126,4 +126,11 @@ MUTANTS = [
             read += handle.nbytes
         return read
     '''),
+    Mutant("ShardHolder.pull", "lands each piece in a buffer of the default dtype", '''
+        buffers = await asyncio.gather(*(pull_into(handle, torch.empty(handle.numel)) for handle in handles))
+        for piece, buffer in zip(pieces, buffers):
+            region = self.local[piece.dst_slices]
+            region.copy_(buffer.view(region.shape))
+        return sum(handle.nbytes for handle in handles)
+    '''),
 ]

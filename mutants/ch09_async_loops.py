@@ -191,4 +191,13 @@ MUTANTS = [
         stop.set()
         return results
     '''),
+    Mutant("ReplayBuffer.put", "keeps the newest group first (insert at the front)", '''
+        if self._too_stale(group):
+            self.ledger.refused_stale.append(group.id)
+            return False
+        self.groups.insert(0, group)
+        async with self.arrived:
+            self.arrived.notify_all()
+        return True
+    '''),
 ]

@@ -109,4 +109,6 @@ MUTANTS = [
         rewards -= mean
         return rewards / (std + eps)
     '''),
+    Mutant("grpo_loss", "counts a ratio exactly on the band's edge as clipped (<=, >=)",
+           LOSS.replace("(ratio < 1 - clip) | (ratio > 1 + clip)", "(ratio <= 1 - clip) | (ratio >= 1 + clip)")),
 ]

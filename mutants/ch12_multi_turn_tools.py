@@ -158,4 +158,9 @@ MUTANTS = [
     '''),
     Mutant("LeastLoadedService.next_replica", "moves the cursor one step on, not just past the pick",
            PICK.replace("self.cursor = (best.index + 1) % count", "self.cursor = (self.cursor + 1) % count")),
+    Mutant("run_episode", "grows episode.prompt_ids in place (`+=`) to build each turn's input",
+           LOOP.replace('''        turn = await policy.route("generate_turn", episode.prompt_ids + episode.ids, min(limits.max_new, room))''',
+                        '''        context = episode.prompt_ids
+        context += episode.ids
+        turn = await policy.route("generate_turn", context, min(limits.max_new, room))''')),
 ]

@@ -130,6 +130,8 @@ def test_the_device_is_asked_of_torch_not_assumed(chapter, monkeypatch):
 #       -> test_start_one_process_makes_a_mesh_of_one_new_process
 #   - a new process, not the caller's own
 #       -> test_start_one_process_makes_a_mesh_of_one_new_process
+#   - a new one at every call (not one kept and handed out again)
+#       -> test_each_call_starts_a_process_of_its_own
 
 
 @pytest.mark.todo("start_one_process")
@@ -147,6 +149,20 @@ def test_start_one_process_makes_a_mesh_of_one_new_process(chapter):
     finally:
         if not ours:  # this process itself is not ours to stop
             procs.stop().get(timeout=STARTUP_TIMEOUT)
+
+
+@pytest.mark.todo("start_one_process")
+def test_each_call_starts_a_process_of_its_own(chapter):
+    first = chapter.start_one_process()
+    second = chapter.start_one_process()
+    try:
+        assert second is not first, (
+            "start_one_process returned the same ProcMesh twice: each call starts one new process, so that "
+            "stopping one caller's mesh never stops another's")
+    finally:
+        first.stop().get(timeout=STARTUP_TIMEOUT)
+        if second is not first:
+            second.stop().get(timeout=STARTUP_TIMEOUT)
 
 
 # --- TODO 4: spawn_greeter -------------------------------------------------------------------------

@@ -196,6 +196,8 @@ def test_a_flat_view_of_a_matrix_shares_its_memory_with_the_reader(chapter, proc
 # Contract, clause by clause (the test that holds each):
 #   - the reply is the tensor itself: every byte in the message
 #       -> test_a_message_carries_every_byte
+#   - itself, in its own dtype: no conversion on the way
+#       -> test_a_copy_keeps_the_owners_dtype
 #   - a copy is a snapshot: later updates do not reach it, while a handle sees them
 #       -> test_a_copy_is_a_snapshot_and_a_handle_is_a_pointer
 
@@ -210,6 +212,16 @@ def test_a_message_carries_every_byte(chapter, owner_and_reader):
     assert chapter.message_bytes(copy) >= SMALL * 4 > chapter.message_bytes(handle), (
         "the copy pickles every byte; the handle does not"
     )
+
+
+@pytest.mark.todo("TensorOwner.send_copy")
+def test_a_copy_keeps_the_owners_dtype(chapter, procs, test_tag):
+    owner = procs.slice(procs=0).spawn(f"bf16_owner_{test_tag}", chapter.TensorOwner, 8, torch.bfloat16)
+    copy = owner.send_copy.call_one().get(timeout=STARTUP_TIMEOUT)
+    assert isinstance(copy, torch.Tensor) and copy.dtype == torch.bfloat16, (
+        f"the owner holds bfloat16 and the copy arrived as {getattr(copy, 'dtype', type(copy).__name__)}: "
+        "send the tensor itself, with no conversion")
+    assert chapter.fingerprint(copy) == owner.fingerprint.call_one().get(timeout=TIMEOUT), "the same bytes"
 
 
 @pytest.mark.todo("TensorOwner.send_copy")

@@ -112,6 +112,8 @@ def test_a_worker_can_be_the_first_caller(sink_name, workers):
 #       -> test_workers_report_to_the_sink_without_being_given_it
 #   - the source is worker<rank> with the worker's own (spawn) rank, even through a slice
 #       -> test_a_worker_reports_under_its_own_rank_even_through_a_slice
+#   - it asks find_sink under that same name, so the first worker to report builds the sink as itself
+#       -> test_the_first_worker_to_report_builds_the_sink_under_its_own_name
 #   - waits for the record's reply before returning
 #       -> test_work_waits_for_the_sinks_reply
 
@@ -139,6 +141,15 @@ def test_workers_report_to_the_sink_without_being_given_it(chapter, sink_name, w
     assert "items_done" in summary, "every worker records items_done in the sink it finds by name"
     assert summary["items_done"]["count"] == 3 and summary["items_done"]["total"] == 12.0
     assert sorted(summary["items_done"]["sources"]) == ["worker0", "worker1", "worker2"]
+
+
+@pytest.mark.todo("Worker.work")
+def test_the_first_worker_to_report_builds_the_sink_under_its_own_name(chapter, sink_name, workers):
+    assert workers.slice(procs=1).work.call_one([3]).get(timeout=STARTUP_TIMEOUT) == 9
+    made = chapter.find_sink("the test", sink_name, timeout=TIMEOUT).identity.call_one().get(timeout=TIMEOUT)
+    assert made["created_by"] == "worker1", (
+        f"worker 1 reported first, yet the sink was built by {made['created_by']!r}: a worker asks find_sink "
+        "under its own name, worker<rank>, the same it reports under")
 
 
 @pytest.mark.todo("Worker.work")

@@ -189,8 +189,9 @@ def test_marking_adds_one_death_to_those_already_counted_at_that_index(four):
 #   6. a death or timeout marks the replica it called unhealthy, and only that one (a replacement now at
 #      its index stays in rotation)                                         -> test_a_late_failure_marks_the_replica_called_not_its_replacement
 #   7. each failed try is recorded as Attempt(index, kind, summary); stats.retries counts tries after the first
-#                                                                           -> test_when_every_attempt_fails_the_error_lists_each_one
-#   8. nobody left to try: stats.failed, ServiceUnavailable (no try made: it says so)
+#                                                                           -> test_when_every_attempt_fails_the_error_lists_each_one,
+#                                                                              test_a_replica_that_does_not_answer_in_time_is_retried_elsewhere_and_never_again
+#   8. nobody left to try: stats.failed, ServiceUnavailable with the healthy count (no try made: it says so)
 #                                                                           -> test_when_every_attempt_fails_the_error_lists_each_one
 #   9. sessions stick to their replica while it is healthy                 -> test_sessions_stick_and_move_only_when_their_replica_dies_and_fanout_skips_it
 
@@ -298,6 +299,8 @@ def test_when_every_attempt_fails_the_error_lists_each_one(chapter, make_service
     assert service.snapshot()["retries"] == 1, "two attempts: the first try and one retry"
     message = str(caught.value)
     assert "after 2 attempt(s)" in message and "attempt 2: replica" in message and "died" in message
+    assert "1 replica(s) healthy now" in message, (
+        f"two of three replicas died and one is left: ServiceUnavailable gets self.healthy_count(). Got: {message}")
     survivor = ({0, 1, 2} - {a.replica for a in attempts}).pop()
     assert aio.run(service.route("handle", 3))["y"] == 9, f"replica {survivor} was never tried and still serves"
     with pytest.raises(chapter.ServiceUnavailable, match="after 1 attempt"):
@@ -333,6 +336,9 @@ def test_a_replica_that_does_not_answer_in_time_is_retried_elsewhere_and_never_a
     assert sorted(attempts) == [(0, "timeout"), (1, "timeout")], (
         f"attempts {attempts}: each replica once. A replica this request already tried is not tried again, "
         "even when it is healthy again by then")
+    details = [a.detail for a in caught.value.attempts]
+    assert details == ["no answer in time"] * 2, (
+        f"each attempt's detail is its Outcome's summary (one line, said for every kind); got {details}")
     assert service.snapshot()["retries"] == 1, (
         "one retry: the second attempt. When no replica is left to try, there is no third try to count")
 

@@ -243,6 +243,7 @@ def test_replicas_are_picked_by_the_flat_destination_rank_on_2d_meshes(chapter, 
 #   2. every read starts before any is waited for              -> test_pull_starts_every_read_before_waiting_for_any
 #   3. answers the bytes read                                  -> test_pull_puts_each_piece_in_its_place_even_a_strided_one
 #   4. a real DTensor arrives bit for bit as redistribute gives it -> test_a_real_dtensor_moves_between_meshes_bit_for_bit_as_redistribute
+#   5. each piece is read in its handle's dtype (not the default float32) -> test_pull_reads_each_piece_in_its_own_dtype
 
 
 @pytest.mark.todo("ShardHolder.pull")
@@ -294,6 +295,18 @@ def test_pull_starts_every_read_before_waiting_for_any(chapter):
     assert CountingBuffer.most_at_once == 3, (
         f"at most {CountingBuffer.most_at_once} of the 3 reads were in flight at once: start every read, then "
         "wait for them all (asyncio.gather), so the pieces arrive in parallel, not one after another")
+
+
+@pytest.mark.todo("ShardHolder.pull")
+def test_pull_reads_each_piece_in_its_own_dtype(chapter):
+    source = torch.arange(8, dtype=torch.float32).reshape(2, 4).to(torch.bfloat16)
+    pieces = [chapter.Piece(0, (slice(r, r + 1), slice(0, 4)), (slice(r, r + 1), slice(0, 4))) for r in range(2)]
+    handles = [chapter.TensorHandle(CountingBuffer(source[r].clone()), torch.bfloat16, 4) for r in range(2)]
+    holder = chapter.ShardHolder.__new__(chapter.ShardHolder)  # the endpoint's code alone, in this process
+    holder.local = torch.zeros((2, 4), dtype=torch.bfloat16)
+    read = asyncio.run(chapter.ShardHolder.__dict__["pull"]._method(holder, pieces, handles))
+    assert torch.equal(holder.local, source), "each bfloat16 piece lands in its place"
+    assert read == 8 * 2, f"pull answers the bytes read: 8 bfloat16 elements are 16 bytes, not {read}"
 
 
 @pytest.mark.todo("ShardHolder.pull")

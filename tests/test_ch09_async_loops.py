@@ -58,7 +58,8 @@ def here(buffer, name):
 
 # --- TODO 1: ReplayBuffer.put ---
 # Contract, clause by clause (the test that holds each):
-#   1. a fresh group is kept, at the end of self.groups, and put answers True -> test_put_keeps_fresh_groups
+#   1. a fresh group is kept, at the end of self.groups, and put answers True -> test_put_keeps_fresh_groups,
+#                                                                         test_put_keeps_groups_in_the_order_they_came
 #   2. a group already too stale (lag > max_lag, not >=) is refused: False, its id in
 #      ledger.refused_stale (not dropped_stale), nothing kept         -> test_put_refuses_a_group_that_is_already_too_stale
 #   3. a kept group wakes whoever waits on self.arrived                -> test_put_wakes_whoever_waits_for_groups
@@ -73,6 +74,19 @@ def test_put_keeps_fresh_groups(chapter, buffer):
     accepted = [buffer.put.call_one(group(chapter, f"g{i}", 0)).get(timeout=STARTUP_TIMEOUT) for i in range(3)]
     assert accepted == [True, True, True]
     assert buffer.waiting.call_one().get(timeout=TIMEOUT) == 3
+
+
+@pytest.mark.todo("ReplayBuffer.put")
+def test_put_keeps_groups_in_the_order_they_came(chapter):
+    buffer = chapter.ReplayBuffer(1)  # in this process: its code alone
+
+    async def put_three():
+        return [await here(buffer, "put")(group(chapter, f"g{i}", 0)) for i in range(3)]
+
+    assert run_on_virtual_clock(put_three()) == [True, True, True]
+    assert ids(buffer.groups) == ["g0", "g1", "g2"], (
+        f"self.groups holds {ids(buffer.groups)}: a kept group goes to the end, so the oldest stays first and "
+        "sample hands out the oldest")
 
 
 @pytest.mark.todo("ReplayBuffer.put")

@@ -101,6 +101,7 @@ def test_advantages_on_random_groups(chapter):
 #                                                          -> test_masked_mean_counts_each_response_once_and_skips_padding
 #   4. the caller's clip bounds the objective              -> test_the_callers_clip_bounds_the_objective
 #   5. clip_fraction counts against the caller's clip      -> test_clip_fraction_counts_against_the_callers_clip
+#      a ratio exactly on the band's edge is inside it      -> test_a_ratio_exactly_on_the_bands_edge_is_not_clipped
 #   6. clip_fraction is a masked_mean: per response, then over responses -> test_clip_fraction_is_a_mean_per_response
 #   7. the k3 KL, a masked mean, added times kl_coef; off with kl_coef 0 (or no ref_logps): kl 0.0
 #                                                          -> test_kl_penalty_to_the_reference
@@ -197,6 +198,18 @@ def test_clip_fraction_counts_against_the_callers_clip(chapter, clip, ratio, cli
     assert stats["clip_fraction"] == clipped, (
         f"clip={clip}, ratio {ratio}: clip_fraction {stats['clip_fraction']}, not {clipped}: a ratio counts as clipped "
         f"when outside [1 - clip, 1 + clip] = [{1 - clip:.2f}, {1 + clip:.2f}], the caller's clip, not 0.8/1.2")
+
+
+@pytest.mark.todo("grpo_loss")
+@pytest.mark.parametrize("log_ratio", [0.25, -0.25])
+def test_a_ratio_exactly_on_the_bands_edge_is_not_clipped(chapter, log_ratio):
+    ratio = float(torch.exp(torch.tensor(log_ratio)))  # what float32 gives for exp(logps - old_logps)
+    clip = ratio - 1 if log_ratio > 0 else 1 - ratio  # so that the band's edge is exactly this ratio
+    _, stats = chapter.grpo_loss(torch.full((1, 2), log_ratio), torch.zeros(1, 2), torch.ones(1), torch.ones(1, 2),
+                                 clip=clip)
+    assert stats["clip_fraction"] == 0.0, (
+        f"ratio {ratio} with clip={clip:.6f} sits exactly on the edge of [1 - clip, 1 + clip], which is inside the band: "
+        f"clip_fraction counts only ratios outside it (< and >), got {stats['clip_fraction']}")
 
 
 @pytest.mark.todo("grpo_loss")

@@ -191,7 +191,9 @@ def test_the_oldest_policy_token_wherever_it_sits(chapter):
 # --- TODO 3: run_episode ---------------------------------------------------------------------------------
 # Contract, clause by clause (the test that holds each):
 #   1. each turn is generated after the prompt and the episode so far, as token ids (the tool's replies too: the
-#      policy reads them)                                 -> test_the_sequence_is_the_tokens_sampled_and_the_tools_replies_never_re_encoded
+#      policy reads them)                                 -> test_the_sequence_is_the_tokens_sampled_and_the_tools_replies_never_re_encoded,
+#                                                            test_every_turn_sees_the_whole_episode_so_far_and_the_prompt_stays_as_it_was
+#      the episode's prompt ids are left as they were    -> test_every_turn_sees_the_whole_episode_so_far_and_the_prompt_stays_as_it_was
 #   2. the policy's turns as sampled (stop token too), the replies as reply_ids gives them, never re-encoded
 #                                                         -> test_the_sequence_is_the_tokens_sampled_and_the_tools_replies_never_re_encoded
 #   3. each policy turn keeps its log-probabilities and the version that sampled it, per token
@@ -233,6 +235,29 @@ def test_the_sequence_is_the_tokens_sampled_and_the_tools_replies_never_re_encod
         "again (this tokenizer merges a turn's end with the reply's start: '\\n=' is one token)")
     assert episode.mask == [1.0] * len(call) + [0.0] * len(reply) + [1.0] * len(answer)
     assert episode.ended == "answer" and task.reward(prompt, episode.ids, episode.mask) == 1.0
+
+
+@pytest.mark.todo("run_episode")
+def test_every_turn_sees_the_whole_episode_so_far_and_the_prompt_stays_as_it_was(chapter, task, tools_module):
+    prompt = prompt_for(tools_module)
+    turns = ["?a\n", "?b\n", "?d\n", f"!{prompt.answer}<eos>"]
+    policy = ScriptedPolicy(chapter, task, turns)
+    episode = run(chapter, policy, Tools(tools_module), task, prompt,
+                  tools_module.Limits(max_turns=5, max_tokens=60, max_new=6))
+    prompt_ids = task.prompt_ids(prompt)
+    so_far, expected = [], []
+    for letter in "abd":
+        expected.append(prompt_ids + so_far)
+        so_far = so_far + encode(task, f"?{letter}\n") + task.reply_ids(task.reply_text(str(tools_module.table_of(prompt.table)[letter])))
+    expected.append(prompt_ids + so_far)
+    assert episode.prompt_ids == prompt_ids, (
+        "the episode's prompt ids changed while it ran: build each turn's input as a new list (prompt_ids + ids); "
+        "`+=` on episode.prompt_ids grows the prompt itself")
+    for number, (shown, wanted) in enumerate(zip(policy.shown, expected), 1):
+        assert shown == wanted, (
+            f"turn {number} was generated after {len(shown)} tokens, not the prompt and the episode so far "
+            f"({len(wanted)}): every turn sees exactly the prompt and every token since, once")
+    assert len(policy.shown) == 4 and episode.ended == "answer"
 
 
 @pytest.mark.todo("run_episode")
