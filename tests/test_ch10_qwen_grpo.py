@@ -100,8 +100,9 @@ def test_advantages_on_random_groups(chapter):
 #   3. loss = -masked_mean: per response, then over responses; padding nowhere
 #                                                          -> test_masked_mean_counts_each_response_once_and_skips_padding
 #   4. the caller's clip bounds the objective              -> test_the_callers_clip_bounds_the_objective
-#   5. clip_fraction counts against the caller's clip      -> test_clip_fraction_counts_against_the_callers_clip
-#      a ratio exactly on the band's edge is inside it      -> test_a_ratio_exactly_on_the_bands_edge_is_not_clipped
+#   5. clip_fraction counts against the caller's clip; a ratio exactly on the band's edge is inside it
+#                                                          -> test_clip_fraction_counts_against_the_callers_clip,
+#                                                             test_a_ratio_exactly_on_the_bands_edge_is_not_clipped
 #   6. clip_fraction is a masked_mean: per response, then over responses -> test_clip_fraction_is_a_mean_per_response
 #   7. the k3 KL, a masked mean, added times kl_coef; off with kl_coef 0 (or no ref_logps): kl 0.0
 #                                                          -> test_kl_penalty_to_the_reference

@@ -193,7 +193,6 @@ def test_the_oldest_policy_token_wherever_it_sits(chapter):
 #   1. each turn is generated after the prompt and the episode so far, as token ids (the tool's replies too: the
 #      policy reads them)                                 -> test_the_sequence_is_the_tokens_sampled_and_the_tools_replies_never_re_encoded,
 #                                                            test_every_turn_sees_the_whole_episode_so_far_and_the_prompt_stays_as_it_was
-#      the episode's prompt ids are left as they were    -> test_every_turn_sees_the_whole_episode_so_far_and_the_prompt_stays_as_it_was
 #   2. the policy's turns as sampled (stop token too), the replies as reply_ids gives them, never re-encoded
 #                                                         -> test_the_sequence_is_the_tokens_sampled_and_the_tools_replies_never_re_encoded
 #   3. each policy turn keeps its log-probabilities and the version that sampled it, per token
@@ -213,6 +212,8 @@ def test_the_oldest_policy_token_wherever_it_sits(chapter):
 #                                                         -> test_a_tool_worker_that_dies_costs_the_episode_nothing
 #  10. a failed tool call fails the episode: no empty reply in its place -> test_a_failed_tool_call_fails_the_episode
 #  11. no timeout of its own: the tools' Service bounds a call -> test_a_slow_tool_call_is_waited_for
+#  12. the episode's prompt ids are left as they were (each turn's input is a new list)
+#                                                         -> test_every_turn_sees_the_whole_episode_so_far_and_the_prompt_stays_as_it_was
 
 
 @pytest.mark.todo("run_episode")
