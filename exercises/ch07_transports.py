@@ -277,17 +277,28 @@ class StagingSlot:
             os.unlink(self.path)
 
 
-def _pin_in_place(flat: torch.Tensor) -> bool:
-    """Page-lock shared memory so the GPU can copy into it at full speed (cudaHostRegister)."""
+def _pin_in_place(flat: torch.Tensor, what: str = "the staging slot") -> bool:
+    """Page-lock shared memory so the GPU copies to and from it at full speed (cudaHostRegister)."""
     try:
         error = int(torch.cuda.cudart().cudaHostRegister(flat.data_ptr(), flat.numel(), 0))
     except Exception as err:  # no CUDA runtime binding in this torch build
         error = str(err)
     if error != 0:
-        warnings.warn(f"could not pin the staging slot (cudaHostRegister: {error}); GPU-to-CPU staging will be slower",
+        _clear_cuda_error()
+        warnings.warn(f"could not pin {what} (cudaHostRegister: {error}); copies between it and the GPU will be slower",
                       stacklevel=2)
         return False
     return True
+
+
+def _clear_cuda_error() -> None:
+    """A failed CUDA call leaves CUDA's last error set; torch's next check would report it as its own failure."""
+    import ctypes
+
+    with open("/proc/self/maps") as maps:
+        libraries = {line.split()[-1] for line in maps if "libcudart.so" in line}
+    for library in libraries:  # the runtime torch loaded: cudaGetLastError reads and resets the error
+        ctypes.CDLL(library).cudaGetLastError()
 
 
 class StagingArea:
@@ -400,8 +411,18 @@ def pick_transport(offers: dict, wanted: str, device: torch.device) -> str:
 class _MappedSource:
     """Bytes the reader sees in place: a shared-memory file, or a GPU slot through CUDA IPC."""
 
-    def __init__(self, flat: torch.Tensor):
+    def __init__(self, flat: torch.Tensor, pinned: dict[int, bool] | None = None):
         self.flat = flat
+        self._pinned = {} if pinned is None else pinned  # shared by a reader's sources: pin each mapping once
+
+    def prepare_copy_to_gpu(self) -> bool:
+        """Page-lock a shared-memory mapping, once (the GPU copies from pageable memory several times slower).
+
+        Answers whether the copies may run asynchronously: only from page-locked memory, or on the GPU."""
+        key = self.flat.data_ptr()
+        if not self.flat.is_cuda and key not in self._pinned:
+            self._pinned[key] = _pin_in_place(self.flat, "the generator's view of the shared-memory slot")
+        return self.flat.is_cuda or self._pinned[key]
 
     async def fetch(self, entries: list[Entry]) -> None:
         pass  # nothing to move: the bytes are already visible here
@@ -429,6 +450,9 @@ class _RdmaSource:
     def view(self, entry: Entry) -> torch.Tensor:
         return entry_view(self.flat, entry)
 
+    def prepare_copy_to_gpu(self) -> bool:
+        return False  # the landing memory is replaced when the layout changes; it stays pageable
+
 
 async def read_chunks(pairs: list[tuple[torch.Tensor, TensorHandle]], timeout: float) -> None:
     """Read each handle into its destination, all at once."""
@@ -442,6 +466,7 @@ class SourceCache:
         self.timeout = timeout
         self.mapped: dict[str, torch.Tensor] = {}  # shm path or IPC handle -> the slot, mapped here
         self.landing: torch.Tensor | None = None  # local memory that RDMA reads land in
+        self.pinned: dict[int, bool] = {}  # mapping's address -> page-locked for copies to the GPU (tried once)
 
     def open(self, offer, total_bytes: int):
         if isinstance(offer, RdmaOffer):
@@ -458,7 +483,7 @@ class SourceCache:
             key = repr((offer.device_uuid, offer.ipc[7], offer.ipc[9]))  # IPC handle and offset name the slot
             if key not in self.mapped:
                 self.mapped[key] = rebuild_cuda_tensor(*offer.ipc)
-        return _MappedSource(self.mapped[key])
+        return _MappedSource(self.mapped[key], self.pinned)
 
 
 async def load_snapshot(targets: Mapping[str, torch.Tensor], layout: Layout, source,
@@ -471,21 +496,27 @@ async def load_snapshot(targets: Mapping[str, torch.Tensor], layout: Layout, sou
     has finished, GPU copies included: the slot may be handed back.
     """
     entries = {name: layout.entry(name) for name in targets}
+    to_gpu = any(t.is_cuda for t in targets.values())
+    asynchronous = to_gpu and source.prepare_copy_to_gpu()
     names = list(entries)
     halves = [names[: (len(names) + 1) // 2], names[(len(names) + 1) // 2 :]]
     written: set[tuple] = set()
     for number, part in enumerate(halves):
         await source.fetch([entries[name] for name in part])
+        destinations, sources = [], []
         for name in part:
             target = targets[name]
             key = (target.untyped_storage().data_ptr(), target.storage_offset(), tuple(target.shape))
             if key not in written:
                 written.add(key)
-                with torch.no_grad():
-                    target.copy_(source.view(entries[name]))
+                destinations.append(target)
+                sources.append(source.view(entries[name]))
+        if destinations:  # one call for the whole half: launching copies one by one costs more than the bytes
+            with torch.no_grad():
+                torch._foreach_copy_(destinations, sources, non_blocking=asynchronous)
         if number == 0 and halfway is not None:
             await halfway()
-    if any(t.is_cuda for t in targets.values()) or source.flat.is_cuda:
+    if to_gpu or source.flat.is_cuda:
         torch.cuda.synchronize()  # device copies are asynchronous: finish them before the lease goes back
 
 

@@ -4,6 +4,7 @@ import asyncio
 import os
 import time
 import types
+import warnings
 
 import pytest
 import torch
@@ -643,3 +644,39 @@ def test_staging_packs_every_kind_of_tensor_and_loading_unpacks_it_bit_for_bit(c
     asyncio.run(transports.load_snapshot(targets, layout, transports._MappedSource(flat)))
     for name, tensor in weights.items():
         assert targets[name].dtype == tensor.dtype and torch.equal(targets[name], tensor), name
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("on_disk", [False, True], ids=["dev-shm", "a-file-on-disk"])
+def test_gpu_loads_from_shared_memory_pin_the_mapping_once(chapter, tmp_path, on_disk):
+    """Given code: a generator on a GPU that reads a shared-memory slot page-locks its mapping on the first
+    load (pageable memory copies to the GPU several times slower) and keeps it for later loads; its
+    asynchronous copies have all landed when the load returns. A mapping that cannot be pinned (a file
+    on disk) still loads right, with one warning, and leaves no CUDA error for torch's next call."""
+    import importlib
+
+    transports = importlib.import_module(f"{chapter.__package__}.ch07_transports")
+    generator = torch.Generator().manual_seed(1)
+    weights = {f"layer{i}": torch.randn(256, 64, generator=generator).to(torch.bfloat16) for i in range(8)}
+    layout = transports.plan_layout(weights)
+    folder = str(tmp_path) if on_disk else transports._shm_dir()
+    path = os.path.join(folder, f"koans-test-slot-{os.getpid()}")
+    flat = torch.from_file(path, shared=True, size=layout.total_bytes, dtype=torch.uint8)
+    cache = transports.SourceCache(timeout=TIMEOUT)
+    offer = transports.ShmOffer(transports.host_identity(), path, layout.total_bytes)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for scale in (1.0, -3.0):  # two versions through the same mapping
+                transports.stage({n: t * scale for n, t in weights.items()}, layout, transports.slot_views(layout, flat))
+                targets = {n: torch.zeros(t.shape, dtype=torch.float32, device="cuda") for n, t in weights.items()}
+                source = cache.open(offer, layout.total_bytes)
+                asyncio.run(transports.load_snapshot(targets, layout, source))
+                for name, tensor in weights.items():
+                    assert torch.equal(targets[name].cpu(), (tensor * scale).float()), (scale, name, cache.pinned)
+    finally:
+        os.unlink(path)
+    assert list(cache.pinned.values()) == [not on_disk], "pinned in /dev/shm, once; a file on disk cannot be"
+    pin_warnings = [str(w.message) for w in caught if "could not pin" in str(w.message)]
+    assert len(pin_warnings) == on_disk, pin_warnings
+    assert torch.ones(4, device="cuda").add(1).sum().item() == 8.0, "no CUDA error is left behind"
