@@ -63,4 +63,8 @@ MUTANTS = [
             _ONE_MESH = this_host().spawn_procs(per_host={"procs": 1})
         return _ONE_MESH
     '''),
+    # From a second independent set (each one caught by a clause test added for it):
+    Mutant('start_one_process', "names the mesh dimension 'gpus' instead of 'procs'", '''
+        return this_host().spawn_procs(per_host={"gpus": 1})
+    '''),
 ]

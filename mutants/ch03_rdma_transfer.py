@@ -149,4 +149,15 @@ MUTANTS = [
     Mutant("TensorOwner.send_copy", "sends it as float32, whatever the owner's dtype", '''
         return self.tensor.to(torch.float32)
     '''),
+    # From a second independent set (each one caught by a clause test added for it):
+    Mutant('pull_into', 'writes the destination into the remote memory (write_from) instead of reading it', '''
+        if destination.dtype != handle.dtype:
+            raise ValueError(wrong_dtype(destination, handle))
+        if destination.dim() != 1 or not destination.is_contiguous():
+            raise ValueError(wrong_layout(destination, handle))
+        if destination.numel() != handle.numel:
+            raise ValueError(wrong_count(destination, handle))
+        await handle.buffer.write_from(destination, timeout=timeout)
+        return destination
+    '''),
 ]

@@ -63,4 +63,25 @@ MUTANTS = [
         sink.record.call_one(f"worker{self.rank}", "items_done", len(items)).get(timeout=TIMEOUT)
         return result
     '''),
+    # From a second independent set (each one caught by a clause test added for it):
+    Mutant('MetricsSink.record', 'truncates the value to an int', '''
+        self.records.append((source, metric, int(value)))
+        return len(self.records)
+    '''),
+    Mutant('MetricsSink.record', 'answers how many records this metric has, not how many the sink holds', '''
+        self.records.append((source, metric, float(value)))
+        return sum(1 for r in self.records if r[1] == metric)
+    '''),
+    Mutant('MetricsSink.record', 'skips a record equal to one already kept (set semantics)', '''
+        if (source, metric, float(value)) not in self.records:
+            self.records.append((source, metric, float(value)))
+        return len(self.records)
+    '''),
+    Mutant('Worker.work', 'records nothing for an empty list of items', '''
+        result = sum(x * x for x in items)
+        if items:
+            sink = find_sink(f"worker{self.rank}", self.sink_name)
+            sink.record.call_one(f"worker{self.rank}", "items_done", len(items)).get(timeout=TIMEOUT)
+        return result
+    '''),
 ]

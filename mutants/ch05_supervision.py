@@ -138,4 +138,15 @@ MUTANTS = [
         except (TimeoutError, asyncio.CancelledError) as err:
             return Outcome("timeout", err, where)
     '''),
+    # From a second independent set (each one caught by a clause test added for it):
+    Mutant('classify', 'catches any RuntimeError as a death: unrelated RuntimeErrors no longer propagate', '''
+        try:
+            return Outcome("ok", await asyncio.wait_for(future, timeout), where)
+        except ActorError as err:
+            return Outcome("endpoint_error", err, where)
+        except RuntimeError as err:
+            return Outcome("died", err, where)
+        except TimeoutError as err:
+            return Outcome("timeout", err, where)
+    '''),
 ]

@@ -127,4 +127,45 @@ MUTANTS = [
            ROUTE.replace("outcome.summary)", "str(outcome.value))")),
     Mutant("Service.route", "tells ServiceUnavailable how many replicas there are, not how many are healthy",
            ROUTE.replace("self.healthy_count())", "len(self.replicas))")),
+    # From a second independent set (each one caught by a clause test added for it):
+    Mutant('Service.route', "Attempt records the try's number, not the replica's index", '''
+        for number in range(self.attempts):
+            replica = self._pick(session, tried)
+            if replica is None:
+                break
+            if number > 0:
+                self.stats.retries += 1
+            call = getattr(replica.actor, endpoint_name).call_one(*args, **kwargs)
+            outcome = await classify(call, self.call_timeout, where=f"replica {replica.index}")
+            if outcome.ok:
+                self._served(replica, session)
+                return outcome.value
+            if outcome.kind == "endpoint_error":
+                raise outcome.value
+            self.mark_unhealthy(replica, outcome.kind)
+            attempts.append(Attempt(number, outcome.kind, outcome.summary))
+            tried.add(replica.index)
+        self.stats.failed += 1
+        raise ServiceUnavailable(endpoint_name, attempts, self.healthy_count())
+    '''),
+    Mutant('Service.route', 'keyword arguments not passed on to the endpoint', '''
+        for number in range(self.attempts):
+            replica = self._pick(session, tried)
+            if replica is None:
+                break
+            if number > 0:
+                self.stats.retries += 1
+            call = getattr(replica.actor, endpoint_name).call_one(*args)
+            outcome = await classify(call, self.call_timeout, where=f"replica {replica.index}")
+            if outcome.ok:
+                self._served(replica, session)
+                return outcome.value
+            if outcome.kind == "endpoint_error":
+                raise outcome.value
+            self.mark_unhealthy(replica, outcome.kind)
+            attempts.append(Attempt(replica.index, outcome.kind, outcome.summary))
+            tried.add(replica.index)
+        self.stats.failed += 1
+        raise ServiceUnavailable(endpoint_name, attempts, self.healthy_count())
+    '''),
 ]

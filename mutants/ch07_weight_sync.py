@@ -176,4 +176,22 @@ MUTANTS = [
     Mutant("SnapshotReader.pull_and_load", "waits for acquire with a blocking .get() inside async code", PULL.replace(
         "await asyncio.wait_for(self.store.acquire.call_one(self.version), self.timeout)",
         "self.store.acquire.call_one(self.version).get(timeout=self.timeout)")),
+    # From a second independent set (each one caught by a clause test added for it):
+    Mutant('WeightStore.claim', 'counts one expiry per claim however many leases expired at once', '''
+        now = time.monotonic()
+        expired = [lease for lease, (_, since) in self.leases.items() if now - since > self.lease_timeout_s]
+        for lease in expired:
+            del self.leases[lease]
+        if expired:
+            self.counts["expired_leases"] += 1
+        busy = set(self.writing) | {slot for slot, _ in self.leases.values()}
+        if self.latest is not None:
+            busy.add(self.latest[1])
+        for slot in range(len(self.offers)):
+            if slot not in busy:
+                self.writing.add(slot)
+                return slot
+        self.counts["skipped_claims"] += 1
+        return None
+    '''),
 ]

@@ -133,4 +133,13 @@ MUTANTS = [
             region.copy_(buffer.view(region.shape))
         return sum(handle.nbytes for handle in handles)
     '''),
+    # From a second independent set (each one caught by a clause test added for it):
+    Mutant('ShardHolder.pull', 'answers the bytes of the local shard, not the bytes read', '''
+        buffers = await asyncio.gather(*(pull_into(handle, torch.empty(handle.numel, dtype=handle.dtype))
+                                         for handle in handles))
+        for piece, buffer in zip(pieces, buffers):
+            region = self.local[piece.dst_slices]
+            region.copy_(buffer.view(region.shape))
+        return self.local.numel() * self.local.element_size()
+    '''),
 ]

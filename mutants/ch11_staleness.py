@@ -122,4 +122,43 @@ MUTANTS = [
            MASKED.replace(".detach()", "")),
     Mutant("masked_importance_weights", "forgets the padding: the ratio kept wherever it is in the band",
            MASKED.replace(" & mask.bool()", "")),
+    # From a second independent set (each one caught by a clause test added for it):
+    Mutant('truncated_importance_weights', 'only the proximal side detached: a gradient flows through behaviour_logps', '''
+        weights = torch.exp(proximal_logps.detach() - behaviour_logps)
+        if cap is not None:
+            weights = weights.clamp(max=cap)
+        return torch.where(mask.bool(), weights, torch.zeros_like(weights))  # padding: 0, even where the ratio is nan
+    '''),
+    Mutant('decoupled_ppo_loss', '`if clip:` instead of `if clip is None`: clip=0.0 is taken as no clip', '''
+        if weights is None:
+            weights = truncated_importance_weights(proximal_logps, behaviour_logps, mask, cap)
+        ratio = torch.exp(logps - proximal_logps)
+        per_token_advantage = advantages[:, None]
+        if not clip:
+            objective = weights * ratio * per_token_advantage
+            clipped = torch.zeros_like(ratio)
+        else:
+            objective = weights * torch.min(ratio * per_token_advantage,
+                                            ratio.clamp(1 - clip, 1 + clip) * per_token_advantage)
+            clipped = ((ratio < 1 - clip) | (ratio > 1 + clip)).float()
+        loss = -masked_mean(objective, mask)
+        return loss, {"ess": effective_sample_size(weights, mask), "clip_fraction": float(masked_mean(clipped, mask)),
+                      "mean_weight": float(masked_mean(weights, mask))}
+    '''),
+    Mutant('decoupled_ppo_loss', 'clip_fraction counts a ratio exactly at 1 - clip or 1 + clip as clipped', '''
+        if weights is None:
+            weights = truncated_importance_weights(proximal_logps, behaviour_logps, mask, cap)
+        ratio = torch.exp(logps - proximal_logps)
+        per_token_advantage = advantages[:, None]
+        if clip is None:
+            objective = weights * ratio * per_token_advantage
+            clipped = torch.zeros_like(ratio)
+        else:
+            objective = weights * torch.min(ratio * per_token_advantage,
+                                            ratio.clamp(1 - clip, 1 + clip) * per_token_advantage)
+            clipped = ((ratio <= 1 - clip) | (ratio >= 1 + clip)).float()
+        loss = -masked_mean(objective, mask)
+        return loss, {"ess": effective_sample_size(weights, mask), "clip_fraction": float(masked_mean(clipped, mask)),
+                      "mean_weight": float(masked_mean(weights, mask))}
+    '''),
 ]

@@ -163,4 +163,28 @@ MUTANTS = [
                         '''        context = episode.prompt_ids
         context += episode.ids
         turn = await policy.route("generate_turn", context, min(limits.max_new, room))''')),
+    # From a second independent set (each one caught by a clause test added for it):
+    Mutant('Episode.append_turn', 'policy decided by the truthiness of logprobs: an empty list for a non-empty turn is taken as an environment turn instead of refused', '''
+        policy = bool(logprobs)
+        if policy and len(logprobs) != len(ids):
+            raise ValueError(f"{len(ids)} tokens but {len(logprobs)} log-probabilities")
+        self.ids += ids
+        self.mask += [1.0 if policy else 0.0] * len(ids)
+        self.logprobs += list(logprobs) if policy else [0.0] * len(ids)
+        self.versions += [version if policy else -1] * len(ids)
+    '''),
+    Mutant('Episode.append_turn', "only too few log-probabilities refused; extra ones are cut to the tokens' length", '''
+        policy = logprobs is not None
+        if policy and len(logprobs) < len(ids):
+            raise ValueError(f"{len(ids)} tokens but {len(logprobs)} log-probabilities")
+        self.ids += ids
+        self.mask += [1.0 if policy else 0.0] * len(ids)
+        self.logprobs += list(logprobs)[:len(ids)] if policy else [0.0] * len(ids)
+        self.versions += [version if policy else -1] * len(ids)
+    '''),
+    Mutant('Episode.version', 'memoised on first read: a later turn from older weights never lowers it', '''
+        if "_oldest" not in self.__dict__:
+            self.__dict__["_oldest"] = min(v for v, owner in zip(self.versions, self.mask) if owner)
+        return self.__dict__["_oldest"]
+    '''),
 ]

@@ -126,7 +126,7 @@ def test_the_device_is_asked_of_torch_not_assumed(chapter, monkeypatch):
 
 # --- TODO 3: start_one_process ---------------------------------------------------------------------
 # Contract, clause by clause (the test that holds each):
-#   - a mesh of exactly one process
+#   - a mesh of exactly one process, its dimension named "procs" as in every chapter
 #       -> test_start_one_process_makes_a_mesh_of_one_new_process
 #   - a new process, not the caller's own
 #       -> test_start_one_process_makes_a_mesh_of_one_new_process
@@ -142,6 +142,8 @@ def test_start_one_process_makes_a_mesh_of_one_new_process(chapter):
     try:
         assert math.prod(sizes.values()) == 1, (
             f"start_one_process should make a mesh of exactly one process; this one has dimensions {sizes}")
+        assert sizes == {"procs": 1}, (
+            f"dimensions {sizes}: the course names a mesh's processes 'procs' (callers slice it with procs=0)")
         where = procs.spawn("greeter", chapter.Greeter, "Remy").whereabouts.call_one().get(timeout=STARTUP_TIMEOUT)
         ours = where["pid"] == os.getpid()
         assert not ours, ("start_one_process should start a new process; the mesh it returned is this very "

@@ -86,18 +86,24 @@ def test_the_bytes_arrive_equal(chapter, procs, dtype):
     owner = procs.slice(procs=0).spawn(f"owner_{kind}", chapter.TensorOwner, SMALL, dtype, 7)
     reader = procs.slice(procs=1).spawn(f"reader_{kind}", chapter.Reader, SMALL, dtype)
     handle = owner.handle.call_one().get(timeout=STARTUP_TIMEOUT)
+    owners = owner.fingerprint.call_one().get(timeout=TIMEOUT)  # before the read: a read never changes the owner
     pulled = reader.pull.call_one(handle).get(timeout=TIMEOUT)
-    assert pulled == owner.fingerprint.call_one().get(timeout=TIMEOUT), f"the {kind} bytes the reader holds differ from the owner's"
+    assert pulled == owners, f"the {kind} bytes the reader holds differ from the owner's"
+    assert owner.fingerprint.call_one().get(timeout=TIMEOUT) == owners, (
+        "the owner's memory changed during the pull: pull_into reads the remote memory into the destination "
+        "(read_into), it never writes the destination into it")
 
 
 @pytest.mark.todo("pull_into")
 def test_the_client_can_pull_too(chapter, owner_and_reader):
     owner, _ = owner_and_reader
     handle = owner.handle.call_one().get(timeout=STARTUP_TIMEOUT)
+    owners = owner.fingerprint.call_one().get(timeout=TIMEOUT)
     destination = torch.full((SMALL,), float("nan"))
     returned = asyncio.run(chapter.pull_into(handle, destination, timeout=int(TIMEOUT)))
     assert returned is destination, "pull_into fills the caller's tensor and returns it (no new allocation)"
-    assert chapter.fingerprint(destination) == owner.fingerprint.call_one().get(timeout=TIMEOUT)
+    assert chapter.fingerprint(destination) == owners == owner.fingerprint.call_one().get(timeout=TIMEOUT), (
+        "the destination must hold the owner's bytes, and the owner's stay as they were: a read, not a write")
 
 
 @pytest.mark.todo("expose", "pull_into")

@@ -27,18 +27,25 @@ def workers(chapter, procs, sink_name):
 
 # --- TODO 1: MetricsSink.record --------------------------------------------------------------------
 # Contract, clause by clause (the test that holds each):
-#   - keeps each (source, metric, value) record and answers how many it now holds
+#   - keeps each (source, metric, value) record, a repeat too, the value as a float
+#       -> test_the_sink_keeps_every_record
+#   - answers how many records the sink now holds, over every metric
 #       -> test_the_sink_keeps_every_record
 
 
 @pytest.mark.todo("MetricsSink.record")
 def test_the_sink_keeps_every_record(chapter, sink_name):
     sink = this_proc().spawn(sink_name, chapter.MetricsSink, "test")
-    counts = [sink.record.call_one(source, "loss", value).get(timeout=TIMEOUT)
-              for source, value in [("a", 1.0), ("b", 2.0), ("a", 3.0)]]
-    assert counts == [1, 2, 3], "record() answers how many records the sink holds"
+    counts = [sink.record.call_one(source, metric, value).get(timeout=TIMEOUT)
+              for source, metric, value in [("a", "loss", 1.0), ("b", "loss", 2.5), ("a", "loss", 1.0),
+                                            ("a", "accuracy", 0.5)]]
+    assert counts == [1, 2, 3, 4], (
+        f"record() answered {counts}: it answers how many records the sink holds, all metrics together, and a "
+        "repeated record is a record too (a list, not a set)")
     summary = sink.summary.call_one().get(timeout=TIMEOUT)
-    assert summary == {"loss": {"count": 3, "total": 6.0, "sources": ["a", "b"]}}
+    assert summary == {"loss": {"count": 3, "total": 4.5, "sources": ["a", "b"]},
+                       "accuracy": {"count": 1, "total": 0.5, "sources": ["a"]}}, (
+        f"summary {summary}: every record is kept with its value as a float (2.5 stays 2.5)")
 
 
 # --- TODO 2: find_sink -----------------------------------------------------------------------------
@@ -108,8 +115,8 @@ def test_a_worker_can_be_the_first_caller(sink_name, workers):
 # Contract, clause by clause (the test that holds each):
 #   - answers the sum of squares of `items`
 #       -> test_workers_report_to_the_sink_without_being_given_it
-#   - records items_done = len(items) in the sink found by name
-#       -> test_workers_report_to_the_sink_without_being_given_it
+#   - records items_done = len(items) in the sink found by name, 0 included
+#       -> test_workers_report_to_the_sink_without_being_given_it, test_a_worker_with_nothing_to_do_still_reports_zero
 #   - the source is worker<rank> with the worker's own (spawn) rank, even through a slice
 #       -> test_a_worker_reports_under_its_own_rank_even_through_a_slice
 #   - it asks find_sink under that same name, so the first worker to report builds the sink as itself
@@ -141,6 +148,14 @@ def test_workers_report_to_the_sink_without_being_given_it(chapter, sink_name, w
     assert "items_done" in summary, "every worker records items_done in the sink it finds by name"
     assert summary["items_done"]["count"] == 3 and summary["items_done"]["total"] == 12.0
     assert sorted(summary["items_done"]["sources"]) == ["worker0", "worker1", "worker2"]
+
+
+@pytest.mark.todo("Worker.work")
+def test_a_worker_with_nothing_to_do_still_reports_zero(chapter, sink_name, workers):
+    assert workers.slice(procs=0).work.call_one([]).get(timeout=STARTUP_TIMEOUT) == 0
+    summary = chapter.find_sink("the test", sink_name, timeout=TIMEOUT).summary.call_one().get(timeout=TIMEOUT)
+    assert summary.get("items_done") == {"count": 1, "total": 0.0, "sources": ["worker0"]}, (
+        f"summary {summary}: a worker given no items still records items_done = 0; the sink learns it ran")
 
 
 @pytest.mark.todo("Worker.work")

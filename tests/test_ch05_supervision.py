@@ -119,12 +119,19 @@ def test_a_dead_process_is_told_apart(chapter, fresh_procs):
 
 
 @pytest.mark.todo("classify")
-def test_other_errors_are_not_swallowed(chapter):
+@pytest.mark.parametrize("error", [KeyError("not a call's failure"), RuntimeError("a bug, not a death")],
+                         ids=["KeyError", "RuntimeError"])
+def test_other_errors_are_not_swallowed(chapter, error):
     async def broken():
-        raise KeyError("not a call's failure")
+        raise error
 
-    with pytest.raises(KeyError):
-        asyncio.run(chapter.classify(broken(), TIMEOUT))
+    try:
+        outcome = asyncio.run(chapter.classify(broken(), TIMEOUT))
+    except type(error):
+        return
+    raise AssertionError(f"a {type(error).__name__} became Outcome {outcome.kind!r}: only Monarch's ActorError, "
+                         "SupervisionError and the timeout are outcomes; catch those classes, not a base class "
+                         "such as RuntimeError, so that any other error goes on up")
 
 
 @pytest.mark.todo("classify")

@@ -193,6 +193,8 @@ def test_marking_adds_one_death_to_those_already_counted_at_that_index(four):
 #                                                                              test_a_replica_that_does_not_answer_in_time_is_retried_elsewhere_and_never_again
 #   8. nobody left to try: stats.failed, ServiceUnavailable with the healthy count (no try made: it says so)
 #                                                                           -> test_when_every_attempt_fails_the_error_lists_each_one
+#  10. the caller's arguments reach the endpoint, keyword ones too
+#                                                                           -> test_a_replica_that_does_not_answer_in_time_is_retried_elsewhere_and_never_again
 #   9. sessions stick to their replica while it is healthy                 -> test_sessions_stick_and_move_only_when_their_replica_dies_and_fanout_skips_it
 
 
@@ -316,6 +318,8 @@ def test_a_replica_that_does_not_answer_in_time_is_retried_elsewhere_and_never_a
     """Two replicas that hang, three attempts allowed. While the second attempt waits, the first replica is
     back in rotation (as its replacement would be): the request still goes to each replica once."""
     service = make_service(replicas=2, call_timeout=0.5, auto_recover=False)
+    # One request first, its argument by keyword: replica 0 serves it, so this request starts at replica 1.
+    assert aio.run(service.route("handle", x=3))["y"] == 9, "route passes the caller's keyword arguments on"
 
     async def scenario():
         async def first_one_comes_back():
@@ -336,6 +340,9 @@ def test_a_replica_that_does_not_answer_in_time_is_retried_elsewhere_and_never_a
     assert sorted(attempts) == [(0, "timeout"), (1, "timeout")], (
         f"attempts {attempts}: each replica once. A replica this request already tried is not tried again, "
         "even when it is healthy again by then")
+    assert attempts == [(1, "timeout"), (0, "timeout")], (
+        f"attempts {attempts}: replica 1 was tried first, then replica 0. An Attempt records the index of the "
+        "replica called, not the try's number")
     details = [a.detail for a in caught.value.attempts]
     assert details == ["no answer in time"] * 2, (
         f"each attempt's detail is its Outcome's summary (one line, said for every kind); got {details}")

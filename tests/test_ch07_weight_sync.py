@@ -136,14 +136,18 @@ def test_a_lease_older_than_the_timeout_is_dropped_at_the_next_claim(store_here)
     store = store_here(slots=2, lease_timeout_s=0.0)  # every lease is already too old at the next claim
     ask(store.commit, ask(store.claim), 1, time.time())
     slot = ask(store.claim)  # the trainer starts writing v2 into the other slot...
-    held = ask(store.acquire, 0)  # ...while a reader takes a lease on v1
+    held = ask(store.acquire, 0)  # ...while two readers take a lease on v1
+    other = ask(store.acquire, 0)
     assert slot == 1 - held.slot
     ask(store.commit, slot, 2, time.time())
     assert ask(store.claim) == held.slot, (
-        "v2 is latest, and v1's slot has only an expired lease: this very claim drops it, and then the slot is free")
+        "v2 is latest, and v1's slot has only expired leases: this very claim drops them, and then the slot is free")
     stats = ask(store.stats)
-    assert (stats["expired_leases"], stats["readers"]) == (1, 0)
+    assert (stats["expired_leases"], stats["readers"]) == (2, 0), (
+        f"{stats['expired_leases']} expired lease(s) counted, {stats['readers']} reader(s) left: both leases had "
+        "expired, and each one dropped counts once")
     assert ask(store.release, held.lease) is False, "the reader learns, when it gives the lease back, that it had lost it"
+    assert ask(store.release, other.lease) is False
 
 
 # --- TODO 2: WeightPublisher.publish ---

@@ -44,7 +44,7 @@ def worst(actual, expected) -> float:
 #   3. exactly 0 on padding                                    -> test_weights_are_the_probability_ratio_capped
 #   4. ... even where padding's log-probabilities are -inf (ratio inf or nan), with no cap
 #                                                              -> test_padding_weighs_zero_even_at_minus_infinity
-#   5. no gradient flows through the weights                   -> test_weights_carry_no_gradient_and_on_policy_data_weighs_one
+#   5. no gradient flows through the weights, from either side -> test_weights_carry_no_gradient_and_on_policy_data_weighs_one
 #   6. on-policy data weighs 1                                 -> test_weights_carry_no_gradient_and_on_policy_data_weighs_one
 #   7. all of it on random batches, caps None, 0.8, 1.5, 2, 5  -> test_importance_weights_on_random_batches
 
@@ -67,6 +67,10 @@ def test_weights_carry_no_gradient_and_on_policy_data_weighs_one(chapter):
     proximal = logps * 1.0  # a proximal policy computed with a gradient, as when it is the current one
     weights = chapter.truncated_importance_weights(proximal, logps.detach() - 0.1, torch.ones(1, 2), cap=2.0)
     assert not weights.requires_grad, "the weights are a constant of the loss: no gradient flows through them"
+    behaviour = logps - 0.1  # the behaviour side may carry a gradient too: none flows from it either
+    weights = chapter.truncated_importance_weights(logps.detach(), behaviour, torch.ones(1, 2), cap=2.0)
+    assert not weights.requires_grad, (
+        "a gradient flows through the behaviour log-probabilities: detach the whole weight, not one side of it")
 
 
 @pytest.mark.todo("truncated_importance_weights")
@@ -113,11 +117,14 @@ def test_padding_does_not_count(chapter):
 # --- TODO 2: decoupled_ppo_loss ---------------------------------------------------------------------
 # Contract, clause by clause (the test that holds each):
 #   1. w * min(r * A, clip(r) * A), r to the proximal policy; loss its negative masked_mean -> test_decoupled_loss_by_hand
-#   2. clip=None: w * r * A, clip_fraction 0.0              -> test_without_a_clip_it_is_truncated_importance_sampling
+#   2. clip=None: w * r * A, clip_fraction 0.0; a clip of 0.0 is a clip (the band [1, 1])
+#                                                           -> test_without_a_clip_it_is_truncated_importance_sampling,
+#                                                              test_a_clip_of_zero_is_a_clip_not_none
 #   3. the gradient goes through r, never w; none from clipped tokens or padding
 #                                                           -> test_the_gradient_goes_through_the_ratio_not_the_weights
 #   4. the caller's cap reaches the weights (None and 5 are not 2.0) -> test_the_callers_cap_reaches_the_weights
-#   5. stats: clip_fraction and mean_weight masked means, ess of w -> test_decoupled_loss_by_hand
+#   5. stats: clip_fraction and mean_weight masked means, ess of w -> test_decoupled_loss_by_hand; a ratio exactly on
+#      the band's edge is inside it                         -> test_a_ratio_exactly_on_the_bands_edge_is_not_clipped
 #   6. a response of padding only counts 0, never NaN       -> test_a_response_of_padding_only_counts_zero
 #   7. stats are Python floats                              -> test_the_decoupled_stats_are_python_floats
 #   8. values and gradients on random batches, clip None/0.1/0.15/0.3, cap None/1.5/3/5
@@ -176,6 +183,30 @@ def test_the_callers_cap_reaches_the_weights(chapter, cap):
     assert close(loss, 0.663259) and stats["mean_weight"] == pytest.approx(1.873189, abs=1e-4), (
         f"cap={cap}: loss {float(loss):.5f}, mean_weight {stats['mean_weight']:.4f}, not 0.66326 and 1.8732: the weight "
         "e^1.5 = 4.48 was capped at 2.0, the default: pass the caller's cap on to truncated_importance_weights")
+
+
+@pytest.mark.todo("decoupled_ppo_loss")
+def test_a_clip_of_zero_is_a_clip_not_none(chapter):
+    loss, stats = chapter.decoupled_ppo_loss(current_logps(), PROXIMAL, BEHAVIOUR, torch.tensor([1.0, -1.0]), MASK,
+                                             clip=0.0, cap=2.0)
+    # clip 0: the band is [1, 1]. row 0 (A=+1): w * min(r, 1) = [1*1, 1.6487*1, 0.3679*0.7408], mean 0.97374;
+    # row 1 (A=-1): w * min(-r, -1) = [-1, -2], mean -1.5; loss -(0.97374 - 1.5) / 2 = 0.26313
+    # r outside [1, 1]: all 3 of row 0, row 1's 0.9048 but not its 1.0: (3/3 + 1/2) / 2 = 0.75
+    assert close(loss, 0.263124) and stats["clip_fraction"] == pytest.approx(0.75), (
+        f"clip=0.0: loss {float(loss):.5f}, clip_fraction {stats['clip_fraction']}, not 0.26312 and 0.75: a clip of 0 "
+        "is a clip (the band [1, 1]), only None means none: test `clip is None`, not the clip's truth")
+
+
+@pytest.mark.todo("decoupled_ppo_loss")
+@pytest.mark.parametrize("log_ratio", [0.25, -0.25])
+def test_a_ratio_exactly_on_the_bands_edge_is_not_clipped(chapter, log_ratio):
+    ratio = float(torch.exp(torch.tensor(log_ratio)))  # what float32 gives for exp(logps - proximal_logps)
+    clip = ratio - 1 if log_ratio > 0 else 1 - ratio  # so that the band's edge is exactly this ratio
+    _, stats = chapter.decoupled_ppo_loss(torch.full((1, 2), log_ratio), torch.zeros(1, 2), torch.zeros(1, 2),
+                                          torch.ones(1), torch.ones(1, 2), clip=clip)
+    assert stats["clip_fraction"] == 0.0, (
+        f"ratio {ratio} with clip={clip:.6f} sits exactly on the edge of [1 - clip, 1 + clip], which is inside the band: "
+        f"clip_fraction counts only ratios outside it (< and >), got {stats['clip_fraction']}")
 
 
 @pytest.mark.todo("decoupled_ppo_loss")

@@ -87,7 +87,7 @@ def run(chapter, policy, tools, task, prompt, limits=None, limit_s=10.0):
 #   5. every list keeps one entry per token of self.ids                  -> test_every_list_keeps_one_entry_per_token
 #   6. a turn given log-probabilities is the policy's, version 0 included
 #                                                         -> test_a_policy_turn_sampled_by_version_0_is_the_policys
-#   7. log-probabilities that do not match the tokens one for one: ValueError, nothing appended
+#   7. log-probabilities that do not match the tokens one for one (fewer, more, or none): ValueError, nothing appended
 #                                                         -> test_log_probabilities_that_do_not_match_the_tokens_are_refused
 
 
@@ -135,6 +135,13 @@ def test_log_probabilities_that_do_not_match_the_tokens_are_refused(chapter):
                              "log-probability per token; refuse it with ValueError")
     assert (episode.ids, episode.mask, episode.logprobs, episode.versions) == ([5], [1.0], [-0.1], [1]), (
         "a refused turn appends nothing: check before changing any list, so they stay one entry per token")
+    for ids, logprobs, what in (([6], [-0.1, -0.2], "1 token came with 2 log-probabilities"),
+                                ([6, 7], [], "2 tokens came with an empty list of log-probabilities")):
+        with pytest.raises(ValueError):
+            episode.append_turn(ids, logprobs, version=1)
+            raise AssertionError(f"{what} and were accepted: one for one means neither fewer nor more, and an empty "
+                                 "list is log-probabilities too (a policy turn: test `is not None`, not its truth)")
+    assert episode.ids == [5], "a refused turn appends nothing"
 
 
 # --- TODO 2: Episode.version -----------------------------------------------------------------------------
@@ -144,7 +151,8 @@ def test_log_probabilities_that_do_not_match_the_tokens_are_refused(chapter):
 #   2. the environment's tokens (-1) never count          -> test_an_episode_is_as_old_as_its_oldest_policy_token
 #   3. version 0 counts like any other                    -> test_version_0_is_a_version_like_any_other
 #   4. the policy tokens are those of mask 1, whatever their position or log-probability, and versions may come
-#      in any order (each turn from another generator)    -> test_the_oldest_policy_token_wherever_it_sits
+#      in any order (each turn from another generator); each read sees the episode as it is then
+#                                                         -> test_the_oldest_policy_token_wherever_it_sits
 
 
 @pytest.mark.todo("Episode.version")
@@ -178,8 +186,12 @@ def test_version_0_is_a_version_like_any_other(chapter):
 def test_the_oldest_policy_token_wherever_it_sits(chapter):
     episode = chapter.Episode([1])
     episode.append_turn([5, 6], [-1.0, -1.0], version=5)
+    assert episode.version == 5
     episode.append_turn([2, 2])
     episode.append_turn([7], [0.0], version=3)  # a certain token (log-probability 0), from a generator behind
+    assert episode.version == 3, (
+        f"version {episode.version} after a turn from v3: the version is that of the episode as it is now, worked out "
+        "from its lists at each read, not kept from the first read")
     episode.append_turn([2])
     episode.append_turn([8], [-0.5], version=4)
     assert episode.version == 3, (
