@@ -23,10 +23,12 @@ For maintainers and CI. Each check must hold, else the exit code is 1:
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from koans.harness import chapter_todos
@@ -167,25 +169,37 @@ def check_mutants(chapter: Chapter, sample: bool) -> tuple[bool, dict]:
         mutants = list(firsts.values())
     ok, caught, started = True, 0, time.monotonic()
     env = {"KOANS_TIMEOUT": "10", "KOANS_TEST_TIME_LIMIT": "60"}  # a mutant that hangs fails sooner
-    for mutant in mutants:
+
+    def run_one(mutant):
         mutant_started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix=f"koans-mutant-{chapter.tag}-") as tmp:
             write_mutated_copy(chapter, mutant, Path(tmp))
             run = run_chapter(chapter, "exercises", root=Path(tmp), first_failure_only=True, env=env,
                               extra_args=("--koans-only-todo", mutant.todo))  # caught = a test marked with it fails
-        first = run.first_failure
-        hit = first is not None and mutant.todo in first["todos"]
-        caught += hit
-        if first is None:
-            why = "timed out before any test failed" if run.timed_out else "NO TEST FAILS"
-        else:
-            why = f"fails {first['name']}" + ("" if hit else f", which is not marked with {mutant.todo!r}")
-        ok &= _say(hit, f"{chapter.tag} {mutant.todo}: {mutant.description}: {why}"
-                   f" ({time.monotonic() - mutant_started:.0f} s)")
-        if not hit:  # CI keeps only this log: show why
-            print(_indented_tail(run.output), flush=True)
+        return run, time.monotonic() - mutant_started
+
+    # Two at a time by default: each run spends much of its time waiting (process start-up, Monarch
+    # replies), so two overlap well even on 2 cores. Results are reported in the mutants' order.
+    with ThreadPoolExecutor(max_workers=max(1, int(os.environ.get("KOANS_VERIFY_JOBS", "2")))) as pool:
+        runs = pool.map(run_one, mutants)
+        for mutant, (run, seconds) in zip(mutants, runs):
+            ok, caught = _report_mutant(chapter, mutant, run, seconds, ok, caught)
     return ok, {"chapter": chapter.tag, "mutants": len(mutants), "caught": caught,
                 "seconds": time.monotonic() - started}
+
+
+def _report_mutant(chapter: Chapter, mutant, run, seconds: float, ok: bool, caught: int) -> tuple[bool, int]:
+    """Say whether one mutant was caught (a test marked with its TODO failed first); answer ok and caught so far."""
+    first = run.first_failure
+    hit = first is not None and mutant.todo in first["todos"]
+    if first is None:
+        why = "timed out before any test failed" if run.timed_out else "NO TEST FAILS"
+    else:
+        why = f"fails {first['name']}" + ("" if hit else f", which is not marked with {mutant.todo!r}")
+    ok &= _say(hit, f"{chapter.tag} {mutant.todo}: {mutant.description}: {why} ({seconds:.0f} s)")
+    if not hit:  # CI keeps only this log: show why
+        print(_indented_tail(run.output), flush=True)
+    return ok, caught + hit
 
 
 def mutant_table(rows: list[dict]) -> str:

@@ -89,4 +89,12 @@ MUTANTS = [
             "pid": os.getpid(),
         }
     '''),
+    # From a third independent set (each one caught by a clause test added for it):
+    Mutant('sum_of_squares', 'retries once after a timeout: a hung worker holds the caller twice as long', '''
+        try:
+            partial_sums = workers.sum_my_share.call(numbers).get(timeout=timeout)
+        except Exception:
+            partial_sums = workers.sum_my_share.call(numbers).get(timeout=timeout)
+        return sum(partial_sums.values())
+    '''),
 ]

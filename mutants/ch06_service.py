@@ -168,4 +168,40 @@ MUTANTS = [
         self.stats.failed += 1
         raise ServiceUnavailable(endpoint_name, attempts, self.healthy_count())
     '''),
+    # From a third independent set (each one caught by a clause test added for it):
+    Mutant('Service.next_replica', 'resets the cursor to 0 when no replica is found', '''
+        count = len(self.replicas)
+        for step in range(count):
+            replica = self.replicas[(self.cursor + step) % count]
+            if replica.healthy and replica.index not in exclude:
+                self.cursor = (replica.index + 1) % count
+                return replica
+        self.cursor = 0
+        return None
+    '''),
+    Mutant('Service.route', 'a cancelled caller marks the replica it was waiting on unhealthy', '''
+        for number in range(self.attempts):
+            replica = self._pick(session, tried)
+            if replica is None:
+                break
+            if number > 0:
+                self.stats.retries += 1
+
+            call = getattr(replica.actor, endpoint_name).call_one(*args, **kwargs)
+            try:
+                outcome = await classify(call, self.call_timeout, where=f"replica {replica.index}")
+            except asyncio.CancelledError:
+                self.mark_unhealthy(replica, "cancelled")
+                raise
+            if outcome.ok:
+                self._served(replica, session)
+                return outcome.value
+            if outcome.kind == "endpoint_error":
+                raise outcome.value
+            self.mark_unhealthy(replica, outcome.kind)
+            attempts.append(Attempt(replica.index, outcome.kind, outcome.summary))
+            tried.add(replica.index)
+        self.stats.failed += 1
+        raise ServiceUnavailable(endpoint_name, attempts, self.healthy_count())
+    '''),
 ]

@@ -194,4 +194,49 @@ MUTANTS = [
         self.counts["skipped_claims"] += 1
         return None
     '''),
+    Mutant('WeightPublisher.publish', 'a skip starts its own background retry (retry_until_free) instead of just answering None', '''
+        slot = await asyncio.wait_for(self.store.claim.call_one(), self.timeout)
+        if slot is None:
+            self.skipped += 1
+            if not self._keep_retrying:
+                self.retry_until_free(state_dict, version)
+            return None
+        self.staging.start(state_dict, slot, version)
+        self.version = version
+        return version
+    '''),
+    Mutant('SnapshotReader.pull_and_load', 'after a lost lease asks only for something newer than the torn version: answers None', '''
+        newer_than = self.version
+        for _ in range(self.attempts):
+            snapshot = await asyncio.wait_for(self.store.acquire.call_one(newer_than), self.timeout)
+            if snapshot is None:
+                return None
+            try:
+                await self.load(snapshot, halfway)
+            finally:
+                held = await asyncio.wait_for(self.store.release.call_one(snapshot.lease), self.timeout)
+            if held:
+                self.version = snapshot.version
+                return snapshot.version
+            self.lost_leases += 1
+            newer_than = snapshot.version
+        raise RuntimeError(f"the lease expired during each of {self.attempts} loads: our weights may be torn. "
+                           "Raise the store's lease_timeout_s above the time a load takes.")
+    '''),
+    Mutant('SnapshotReader.pull_and_load', 'bounds the reloads by the lifetime lost_leases counter, not per call', '''
+        while True:
+            snapshot = await asyncio.wait_for(self.store.acquire.call_one(self.version), self.timeout)
+            if snapshot is None:
+                return None
+            try:
+                await self.load(snapshot, halfway)
+            finally:
+                held = await asyncio.wait_for(self.store.release.call_one(snapshot.lease), self.timeout)
+            if held:
+                self.version = snapshot.version
+                return snapshot.version
+            self.lost_leases += 1
+            if self.lost_leases >= self.attempts:
+                raise RuntimeError(f"the lease expired during {self.lost_leases} loads")
+    '''),
 ]

@@ -200,4 +200,24 @@ MUTANTS = [
             self.arrived.notify_all()
         return True
     '''),
+    # From a third independent set (each one caught by a clause test added for it):
+    Mutant('ReplayBuffer.put', "version 0 taken for 'no version': a group from the initial policy is never refused", '''
+        if group.version and self._too_stale(group):
+            self.ledger.refused_stale.append(group.id)
+            return False
+        self.groups.append(group)
+        async with self.arrived:
+            self.arrived.notify_all()
+        return True
+    '''),
+    Mutant('ReplayBuffer.put', 'keeps the buffer sorted by policy version, not in arrival order', '''
+        if self._too_stale(group):
+            self.ledger.refused_stale.append(group.id)
+            return False
+        self.groups.append(group)
+        self.groups.sort(key=lambda g: g.version)
+        async with self.arrived:
+            self.arrived.notify_all()
+        return True
+    '''),
 ]

@@ -187,4 +187,95 @@ MUTANTS = [
             self.__dict__["_oldest"] = min(v for v, owner in zip(self.versions, self.mask) if owner)
         return self.__dict__["_oldest"]
     '''),
+    # From a third independent set (each one caught by a clause test added for it):
+    Mutant('Episode.append_turn', 'an environment turn given a version keeps it instead of -1', '''
+        policy = logprobs is not None
+        if policy and len(logprobs) != len(ids):
+            raise ValueError(f"{len(ids)} tokens but {len(logprobs)} log-probabilities")
+        self.ids += ids
+        self.mask += [1.0 if policy else 0.0] * len(ids)
+        self.logprobs += list(logprobs) if policy else [0.0] * len(ids)
+        self.versions += [version if version is not None else -1] * len(ids)
+    '''),
+    Mutant('Episode.append_turn', "mask set per token from the log-probability: a policy token sampled with log-prob 0.0 counts as the environment's", '''
+        policy = logprobs is not None
+        if policy and len(logprobs) != len(ids):
+            raise ValueError(f"{len(ids)} tokens but {len(logprobs)} log-probabilities")
+        self.ids += ids
+        self.mask += [1.0 if lp != 0.0 else 0.0 for lp in logprobs] if policy else [0.0] * len(ids)
+        self.logprobs += list(logprobs) if policy else [0.0] * len(ids)
+        self.versions += [version if policy else -1] * len(ids)
+    '''),
+    Mutant('Episode.append_turn', "the first turn's lists taken as the episode's own, uncopied: later turns grow the caller's lists", '''
+        policy = logprobs is not None
+        if policy and len(logprobs) != len(ids):
+            raise ValueError(f"{len(ids)} tokens but {len(logprobs)} log-probabilities")
+        if not self.ids:
+            self.ids = ids
+        else:
+            self.ids += ids
+        self.mask += [1.0 if policy else 0.0] * len(ids)
+        self.logprobs += list(logprobs) if policy else [0.0] * len(ids)
+        self.versions += [version if policy else -1] * len(ids)
+    '''),
+    Mutant('Episode.append_turn', 'the length check only for a turn with a version: a policy turn without one is not refused', '''
+        policy = logprobs is not None
+        if policy and version is not None and len(logprobs) != len(ids):
+            raise ValueError(f"{len(ids)} tokens but {len(logprobs)} log-probabilities")
+        self.ids += ids
+        self.mask += [1.0 if policy else 0.0] * len(ids)
+        self.logprobs += list(logprobs) if policy else [0.0] * len(ids)
+        self.versions += [version if policy else -1] * len(ids)
+    '''),
+    Mutant('run_episode', 'the token budget checked after each tool reply: a full budget on the last turn ends as "tokens", not "turns"', '''
+        for _ in range(limits.max_turns):
+            room = limits.max_tokens - len(episode.ids)
+            if room <= 0:
+                episode.ended = "tokens"
+                return episode
+            turn = await policy.route("generate_turn", episode.prompt_ids + episode.ids, min(limits.max_new, room))
+            episode.append_turn(turn.ids, turn.logprobs, turn.version)
+
+            kind, request = task.parse(task.decode(turn.ids))
+            if kind != "call":
+                episode.ended = "answer"
+                return episode
+            reply = await tools.route("call", prompt.table, request)
+            episode.append_turn(task.reply_ids(reply))
+            if len(episode.ids) >= limits.max_tokens:
+                episode.ended = "tokens"
+                return episode
+        episode.ended = "turns"
+        return episode
+    '''),
+    Mutant('run_episode', 'the budget spent by what each turn was allowed (max_new), not by the tokens it wrote', '''
+        room = limits.max_tokens
+        for _ in range(limits.max_turns):
+            if room <= 0:
+                episode.ended = "tokens"
+                return episode
+            turn = await policy.route("generate_turn", episode.prompt_ids + episode.ids, min(limits.max_new, room))
+            room -= min(limits.max_new, room)
+            episode.append_turn(turn.ids, turn.logprobs, turn.version)
+            kind, request = task.parse(task.decode(turn.ids))
+            if kind != "call":
+                episode.ended = "answer"
+                return episode
+            reply = await tools.route("call", prompt.table, request)
+            reply_ids = task.reply_ids(reply)
+            room -= len(reply_ids)
+            episode.append_turn(reply_ids)
+        episode.ended = "turns"
+        return episode
+    '''),
+    Mutant('LeastLoadedService.next_replica', 'ties broken by fewest requests served, not by round robin', '''
+        count = len(self.replicas)
+        in_order = [self.replicas[(self.cursor + step) % count] for step in range(count)]
+        candidates = [r for r in in_order if r.healthy and r.index not in exclude]
+        if not candidates:
+            return None
+        best = min(candidates, key=lambda replica: (replica.in_flight, replica.served))
+        self.cursor = (best.index + 1) % count
+        return best
+    '''),
 ]

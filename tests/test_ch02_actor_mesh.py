@@ -2,6 +2,7 @@
 
 import os
 import time
+import types
 
 import pytest
 from monarch.actor import ActorError
@@ -216,6 +217,22 @@ def test_sum_of_squares_waits_at_most_its_timeout(chapter, plumbing, fresh_procs
     stuck = fresh_procs(procs=1).spawn("stuck_workers", plumbing.SlowWorker, 1.5)
     with pytest.raises(TimeoutError):  # a worker that never answers in time must not hang the caller
         chapter.sum_of_squares(stuck, [1, 2, 3], timeout=0.5)
+
+    class NeverAnswers:  # stands in for the call and its future: records each wait, then gives up
+        waits: list = []
+
+        def call(self, numbers):
+            return self
+
+        def get(self, timeout=None):
+            self.waits.append(timeout)
+            raise TimeoutError(f"no answer in {timeout} s")
+
+    with pytest.raises(TimeoutError):
+        chapter.sum_of_squares(types.SimpleNamespace(sum_my_share=NeverAnswers()), [1, 2, 3], timeout=0.5)
+    assert NeverAnswers.waits == [0.5], (
+        f"waits {NeverAnswers.waits}: one wait, of the caller's timeout, then the TimeoutError goes to the caller "
+        "(a second try would hold the caller past its timeout)")
 
 
 @pytest.mark.todo("Worker.whoami")

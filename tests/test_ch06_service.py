@@ -104,7 +104,11 @@ def test_next_replica_goes_round_robin_over_the_healthy_ones(four):
     assert picks == [2, 3, 0, 2], (
         f"with replica 1 out, the picks were {picks}, not [2, 3, 0, 2]. After a pick the cursor moves just past "
         "the replica picked, so the next call starts after it (not one step on from where the cursor was)")
+    cursor = four.cursor
     assert four.next_replica(exclude={0, 2, 3}) is None, "nothing healthy outside the excluded ones"
+    assert four.cursor == cursor, (
+        f"the cursor went from {cursor} to {four.cursor} on a call that returned no replica: it moves only past a "
+        "replica returned")
     assert four.next_replica(exclude={0, 3}).index == 2
     assert four.next_replica().index == 3, "the cursor moved past the replica picked last (2)"
     for replica in four.replicas:
@@ -193,6 +197,7 @@ def test_marking_adds_one_death_to_those_already_counted_at_that_index(four):
 #                                                                              test_a_replica_that_does_not_answer_in_time_is_retried_elsewhere_and_never_again
 #   8. nobody left to try: stats.failed, ServiceUnavailable with the healthy count (no try made: it says so)
 #                                                                           -> test_when_every_attempt_fails_the_error_lists_each_one
+#  11. a cancelled caller marks no replica: the cancel goes on up  -> test_a_cancelled_caller_takes_no_replica_out
 #  10. the caller's arguments reach the endpoint, keyword ones too
 #                                                                           -> test_a_replica_that_does_not_answer_in_time_is_retried_elsewhere_and_never_again
 #   9. sessions stick to their replica while it is healthy                 -> test_sessions_stick_and_move_only_when_their_replica_dies_and_fanout_skips_it
@@ -348,6 +353,32 @@ def test_a_replica_that_does_not_answer_in_time_is_retried_elsewhere_and_never_a
         f"each attempt's detail is its Outcome's summary (one line, said for every kind); got {details}")
     assert service.snapshot()["retries"] == 1, (
         "one retry: the second attempt. When no replica is left to try, there is no third try to count")
+
+
+@pytest.mark.todo("Service.route")
+def test_a_cancelled_caller_takes_no_replica_out(chapter, make_service, aio):
+    """The caller gives up (its task is cancelled) while its replica is still working: the replica is not at
+    fault. It stays healthy, nothing is counted against it, and the cancel reaches the caller."""
+    service = make_service(replicas=2, auto_recover=False)
+
+    async def scenario():
+        request = asyncio.create_task(service.route("hang", 1.0))
+        while service.stats.requests == 0:  # until route has started
+            await asyncio.sleep(0.01)
+        for _ in range(5):
+            await asyncio.sleep(0)  # route is now waiting for the replica's reply
+        request.cancel()
+        try:
+            await asyncio.wait_for(request, TIMEOUT)
+        except asyncio.CancelledError:
+            return "cancelled"
+        return "answered"
+
+    assert aio.run(scenario()) == "cancelled", "the cancel goes on up to the caller"
+    health = [replica.healthy for replica in service.replicas]
+    assert health == [True, True] and service.stats.replica_failures == 0, (
+        f"health {health}, {service.stats.replica_failures} failure(s) counted after a caller was cancelled: only a "
+        "death or a timeout is the replica's fault; a cancel is the caller's own, and goes on up untouched")
 
 
 @pytest.mark.todo("Service.route")

@@ -154,7 +154,7 @@ def test_a_lease_older_than_the_timeout_is_dropped_at_the_next_claim(store_here)
 # Contract, clause by clause (the test that holds each):
 #   1. a claimed slot: staged and committed in order, version recorded and answered
 #                                                                 -> test_published_versions_reach_the_store_in_order
-#   2. no slot: count self.skipped, answer None at once, never wait for a reader
+#   2. no slot: count self.skipped, answer None at once, never wait for a reader, start nothing
 #                                                                 -> test_publish_skips_instead_of_waiting_when_every_slot_is_busy
 #   3. the claim waits at most self.timeout                       -> test_publish_waits_for_the_store_at_most_its_timeout
 #   4. the claim is awaited, never waited on with a blocking .get() (the trainer's event loop runs on)
@@ -188,6 +188,7 @@ def test_publish_skips_instead_of_waiting_when_every_slot_is_busy(chapter, plumb
         assert await publisher.publish(weights, version=2) == 2, "the other slot was free"
         await plumbing.wait_for_version(store, 2, timeout=TIMEOUT)
         weights["w"].fill_(3.0)
+        before = asyncio.all_tasks()
         try:
             third = await asyncio.wait_for(publisher.publish(weights, version=3), TIMEOUT)
         except TimeoutError:
@@ -195,6 +196,10 @@ def test_publish_skips_instead_of_waiting_when_every_slot_is_busy(chapter, plumb
         assert third is None, (
             "v1's slot has a reader and v2's is the latest: publish must skip, not wait and not overwrite"
         )
+        left_running = [t for t in asyncio.all_tasks() - before if not t.done()]
+        assert not left_running, (
+            f"a skipped publish left {len(left_running)} task(s) running: it answers None and starts nothing (a "
+            "retry in the background is the trainer's choice, retry_until_free, not publish's)")
         assert publisher.skipped == 1 and publisher.version == 2
         await asyncio.wait_for(store.release.call_one(reader_of_v1.lease), TIMEOUT)
         assert await publisher.publish(weights, version=4) == 4, "once the lease is released the slot is free again"
@@ -337,8 +342,9 @@ def test_a_last_version_skipped_for_busy_slots_still_goes_out(plumbing, weight_s
 #                                                                    test_a_mismatched_generator_gets_a_clear_error_and_releases_its_lease
 #   4. release answered False: count self.lost_leases and load again, never keep the torn load
 #                                                                 -> test_a_reader_whose_lease_expired_never_keeps_a_torn_load
-#   5. at most self.attempts loads, then RuntimeError; each lease given back
-#                                                                 -> test_a_reader_that_keeps_losing_its_lease_gives_up_after_its_attempts
+#   5. at most self.attempts loads per call, then RuntimeError; each lease given back
+#                                                                 -> test_a_reader_that_keeps_losing_its_lease_gives_up_after_its_attempts,
+#                                                                    test_each_call_gets_its_own_attempts
 #   6. `halfway` goes to every load, a reload too                 -> test_every_load_gets_halfway_a_reload_too
 #   7. acquire waits at most self.timeout                          -> test_pull_waits_for_the_store_at_most_its_timeout
 #   8. release waits at most self.timeout too                      -> test_pull_waits_for_a_release_at_most_its_timeout
@@ -346,6 +352,8 @@ def test_a_last_version_skipped_for_busy_slots_still_goes_out(plumbing, weight_s
 #  10. versions only go up while training races the syncs          -> test_syncs_racing_training_are_never_torn_and_versions_only_increase
 #  11. a wrong layout or transport is a clear error, lease released -> test_a_mismatched_generator_gets_a_clear_error_and_releases_its_lease,
 #                                                                    test_forcing_a_transport_that_is_not_offered_is_a_clear_error
+#  12. a reload asks again for anything newer than the version held (the torn load was never ours), so a
+#      lost lease on the newest version loads that version again  -> test_a_lost_lease_on_the_newest_version_loads_that_version_again
 
 
 @pytest.mark.todo("SnapshotReader.pull_and_load")
@@ -459,6 +467,50 @@ def test_a_reader_that_keeps_losing_its_lease_gives_up_after_its_attempts(chapte
     assert (loads, reader.lost_leases, reader.version) == ([3, 3, 3], 3, 0), (
         "three loads, each lost its lease: count each, keep none of them (our version stays 0), then raise")
     assert len(store.release.calls) == 3, "every lease is given back"
+
+
+@pytest.mark.todo("SnapshotReader.pull_and_load")
+def test_a_lost_lease_on_the_newest_version_loads_that_version_again(chapter):
+    """Nothing newer than v3 was published: after the lease on v3 is lost, the reload is v3 again. The torn
+    load never became our version, so the reader still asks for anything newer than the version it holds."""
+    leases = iter([7, 8])
+    store = StandIn(acquire=lambda newer_than: (types.SimpleNamespace(version=3, lease=next(leases))
+                                                if newer_than < 3 else None),  # as WeightStore.acquire answers
+                    release=lambda lease: lease == 8)  # the first lease was lost
+    reader = chapter.SnapshotReader(store, {"w": torch.zeros(8)})
+    loads = []
+
+    async def load(snap, halfway=None):
+        loads.append(snap.lease)
+        await asyncio.sleep(0)
+
+    reader.load = load
+    answer = asyncio.run(asyncio.wait_for(reader.pull_and_load(), 10))
+    assert (answer, loads, reader.lost_leases) == (3, [7, 8], 1), (
+        f"answered {answer} after loads under leases {loads}: the torn load of v3 is not ours, so ask again for "
+        f"anything newer than self.version ({store.acquire.calls}), and v3 comes back")
+
+
+@pytest.mark.todo("SnapshotReader.pull_and_load")
+def test_each_call_gets_its_own_attempts(chapter):
+    """self.attempts bounds the loads of one call: leases lost in an earlier call do not count against a later one."""
+    versions = iter([3, 3, 3, 4, 4])  # call 1: v3 lost twice, then kept; call 2: v4 lost once, then kept
+    held = iter([False, False, True, False, True])
+    store = StandIn(acquire=lambda newer_than: types.SimpleNamespace(version=next(versions), lease=1),
+                    release=lambda lease: next(held))
+    reader = chapter.SnapshotReader(store, {"w": torch.zeros(8)}, attempts=3)
+
+    async def load(snap, halfway=None):
+        await asyncio.sleep(0)
+
+    reader.load = load
+    assert asyncio.run(asyncio.wait_for(reader.pull_and_load(), 10)) == 3
+    try:
+        second = asyncio.run(asyncio.wait_for(reader.pull_and_load(), 10))
+    except RuntimeError as error:
+        pytest.fail(f"the second call gave up after one lost lease ({error}): each call may load self.attempts "
+                    "times; reader.lost_leases is a lifetime count, not the bound")
+    assert (second, reader.lost_leases) == (4, 3)
 
 
 @pytest.mark.todo("SnapshotReader.pull_and_load")

@@ -61,7 +61,8 @@ def here(buffer, name):
 #   1. a fresh group is kept, at the end of self.groups, and put answers True -> test_put_keeps_fresh_groups,
 #                                                                         test_put_keeps_groups_in_the_order_they_came
 #   2. a group already too stale (lag > max_lag, not >=) is refused: False, its id in
-#      ledger.refused_stale (not dropped_stale), nothing kept         -> test_put_refuses_a_group_that_is_already_too_stale
+#      ledger.refused_stale (not dropped_stale), nothing kept; version 0 included
+#                                                                     -> test_put_refuses_a_group_that_is_already_too_stale
 #   3. a kept group wakes whoever waits on self.arrived                -> test_put_wakes_whoever_waits_for_groups
 #   4. it wakes every waiter, not just one (each may wait for something else) -> test_put_wakes_every_waiter_not_just_one
 #   5. a put goes through while a sample waits, and wakes it            -> test_a_waiting_sample_does_not_block_puts
@@ -80,22 +81,24 @@ def test_put_keeps_fresh_groups(chapter, buffer):
 def test_put_keeps_groups_in_the_order_they_came(chapter):
     buffer = chapter.ReplayBuffer(1)  # in this process: its code alone
 
-    async def put_three():
-        return [await here(buffer, "put")(group(chapter, f"g{i}", 0)) for i in range(3)]
+    async def put_three():  # versions out of order: generators run at different speeds
+        return [await here(buffer, "put")(group(chapter, f"g{i}", version)) for i, version in enumerate((1, 0, 1))]
 
     assert run_on_virtual_clock(put_three()) == [True, True, True]
     assert ids(buffer.groups) == ["g0", "g1", "g2"], (
-        f"self.groups holds {ids(buffer.groups)}: a kept group goes to the end, so the oldest stays first and "
-        "sample hands out the oldest")
+        f"self.groups holds {ids(buffer.groups)}: a kept group goes to the end, in the order groups came (not by "
+        "version), so the oldest stays first and sample hands out the oldest")
 
 
 @pytest.mark.todo("ReplayBuffer.put")
 def test_put_refuses_a_group_that_is_already_too_stale(chapter, buffer):
     buffer.advance.call_one(5).get(timeout=STARTUP_TIMEOUT)  # the learner is at version 5; max lag is 1
     assert buffer.put.call_one(group(chapter, "v3", 3)).get(timeout=TIMEOUT) is False
+    assert buffer.put.call_one(group(chapter, "v0", 0)).get(timeout=TIMEOUT) is False, (
+        "a group from the initial weights (version 0) is 5 versions behind: version 0 is a version like any other")
     assert buffer.put.call_one(group(chapter, "v4", 4)).get(timeout=TIMEOUT) is True
     ledger = buffer.close.call_one().get(timeout=TIMEOUT)
-    assert (ledger.refused_stale, ledger.unused_at_stop) == (["v3"], ["v4"])
+    assert (ledger.refused_stale, ledger.unused_at_stop) == (["v3", "v0"], ["v4"])
 
 
 @pytest.mark.todo("ReplayBuffer.put")

@@ -89,6 +89,12 @@ def run(chapter, policy, tools, task, prompt, limits=None, limit_s=10.0):
 #                                                         -> test_a_policy_turn_sampled_by_version_0_is_the_policys
 #   7. log-probabilities that do not match the tokens one for one (fewer, more, or none): ValueError, nothing appended
 #                                                         -> test_log_probabilities_that_do_not_match_the_tokens_are_refused
+#   8. who wrote a turn is told by its log-probabilities alone: mask 1 for each of a policy turn's tokens (a
+#      log-probability of 0.0 too); a turn without is the environment's (version -1) whatever version it came
+#      with; the one-for-one check holds without a version too
+#                                                         -> test_who_wrote_a_turn_is_told_by_its_log_probabilities_alone
+#   9. the episode's lists are its own: the caller's lists are never kept or grown
+#                                                         -> test_the_callers_lists_are_never_the_episodes_own
 
 
 @pytest.mark.todo("Episode.append_turn")
@@ -101,6 +107,33 @@ def test_a_policy_turn_is_trained_and_a_tool_reply_is_context(chapter):
     assert episode.mask == [1.0, 1.0, 1.0, 0.0, 0.0, 1.0], "the environment's tokens are context: mask 0, out of the loss"
     assert episode.logprobs == [-0.1, -0.2, -0.3, 0.0, 0.0, -0.4]
     assert episode.versions == [4, 4, 4, -1, -1, 5], "each policy token keeps the version that sampled it; -1 elsewhere"
+
+
+@pytest.mark.todo("Episode.append_turn")
+def test_who_wrote_a_turn_is_told_by_its_log_probabilities_alone(chapter):
+    episode = chapter.Episode([1])
+    episode.append_turn([5, 6], [0.0, -0.3], version=2)  # a certain token (log-probability 0) is still the policy's
+    episode.append_turn([2, 2], version=7)  # no log-probabilities: the environment's, whatever version it came with
+    assert episode.mask == [1.0, 1.0, 0.0, 0.0] and episode.versions == [2, 2, -1, -1], (
+        f"mask {episode.mask}, versions {episode.versions}: a turn with log-probabilities is the policy's, each of "
+        "its tokens mask 1 (a log-probability of 0.0 too); a turn without is the environment's: mask 0, version -1")
+    with pytest.raises(ValueError):
+        episode.append_turn([8, 9], [-0.1])  # log-probabilities that do not match, and no version: refused all the same
+        raise AssertionError("2 tokens with 1 log-probability and no version were accepted: a turn given "
+                             "log-probabilities is the policy's, and the one-for-one check holds for it")
+
+
+@pytest.mark.todo("Episode.append_turn")
+def test_the_callers_lists_are_never_the_episodes_own(chapter):
+    episode = chapter.Episode([1])
+    first, first_logprobs = [5, 6], [-0.1, -0.2]
+    episode.append_turn(first, first_logprobs, version=1)
+    episode.append_turn([2, 2])
+    episode.append_turn([7], [-0.3], version=1)
+    assert (first, first_logprobs) == ([5, 6], [-0.1, -0.2]), (
+        f"the first turn's lists became {first} and {first_logprobs}: the episode keeps lists of its own and "
+        "appends copies of each turn's tokens, never the caller's list itself")
+    assert episode.ids == [5, 6, 2, 2, 7]
 
 
 @pytest.mark.todo("Episode.append_turn")
@@ -216,6 +249,10 @@ def test_the_oldest_policy_token_wherever_it_sits(chapter):
 #                                                            test_an_answer_on_the_last_turn_allowed_is_the_answer
 #   6. exactly limits.max_turns policy turns (the last one's tool call answered too), then "turns"
 #                                                         -> test_an_episode_ends_at_its_answer_its_turn_limit_or_its_token_limit
+#  13. the last turn allowed ends it as "turns", even when the budget is spent too ("tokens" is said only before
+#      a turn)                                            -> test_the_last_turn_allowed_ends_it_as_turns_even_with_the_budget_spent
+#  14. the room left is max_tokens minus the tokens held, not minus what earlier turns were allowed
+#                                                         -> test_the_budget_counts_the_tokens_written_not_the_tokens_allowed
 #   7. "tokens" before a turn once it holds max_tokens tokens, exactly max_tokens included
 #                                                         -> test_an_episode_ends_at_its_answer_its_turn_limit_or_its_token_limit, 
 #                                                            test_exactly_max_tokens_ends_it_before_another_turn
@@ -343,6 +380,28 @@ def test_exactly_max_tokens_ends_it_before_another_turn(chapter, task, tools_mod
         "that holds exactly max_tokens tokens has no room left (room 0): it ends ('tokens') before another turn")
 
 
+@pytest.mark.todo("run_episode")
+def test_the_last_turn_allowed_ends_it_as_turns_even_with_the_budget_spent(chapter, task, tools_module):
+    policy = ScriptedPolicy(chapter, task, [], every_turn="?bbbbb")  # 6 tokens and a reply of 3: 9 a turn
+    limits = tools_module.Limits(max_turns=1, max_tokens=9, max_new=6)
+    episode = run(chapter, policy, Tools(tools_module), task, prompt_for(tools_module), limits)
+    assert (len(episode.ids), episode.ended) == (9, "turns"), (
+        f"ended {episode.ended!r} at {len(episode.ids)} tokens: the one turn allowed was taken, so the reason is "
+        "'turns'; 'tokens' is said before a turn, and no turn was left to take")
+
+
+@pytest.mark.todo("run_episode")
+def test_the_budget_counts_the_tokens_written_not_the_tokens_allowed(chapter, task, tools_module):
+    policy = ScriptedPolicy(chapter, task, [], every_turn="?b")  # short turns: far fewer tokens than max_new
+    limits = tools_module.Limits(max_turns=3, max_tokens=30, max_new=12)
+    episode = run(chapter, policy, Tools(tools_module), task, prompt_for(tools_module), limits)
+    per_turn = len(episode.ids) // 3
+    assert policy.max_new == [12, 12, 12] and episode.ended == "turns", (
+        f"asked for {policy.max_new} new tokens, ended {episode.ended!r}: each turn wrote {per_turn - 3} tokens and "
+        "got a reply of 3, so the room left is max_tokens minus the tokens the episode holds, not minus what "
+        "each turn was allowed")
+
+
 class BrokenTools(Tools):
     """Tools whose every call fails, as the Service's call fails once no worker is left."""
 
@@ -457,6 +516,8 @@ def test_the_replica_with_the_fewest_requests_in_flight_is_picked(pool):
 
 @pytest.mark.todo("LeastLoadedService.next_replica")
 def test_ties_go_round_robin(pool):
+    for replica, served in zip(pool.replicas, (5, 0, 9, 2)):
+        replica.served = served  # what each has served in the past plays no part: only requests in flight count
     picks = []
     for _ in range(6):
         picks.append(pool.next_replica().index)  # nothing in flight anywhere: all tie
