@@ -5,6 +5,7 @@ import time
 
 import pytest
 import torch
+from monarch.actor import ActorError
 
 from koans.testing import (NEVER, STARTUP_TIMEOUT, TIMEOUT, AwaitedStandIn, StandIn, StuckForever, checking,
                            run_on_virtual_clock)
@@ -204,9 +205,17 @@ def test_a_waiting_sample_does_not_block_puts(chapter, plumbing, procs, test_tag
                     "While it waits it must give up the condition's lock (wait on self.arrived, in a "
                     "@concurrent_endpoint)") from err
         events.append(f"put g{i} -> {accepted}")
+    try:
+        probe_was_woken = woken.get(timeout=2 * TIMEOUT)
+    except ActorError as err:
+        with checking("ReplayBuffer.sample"):
+            raise AssertionError(
+                "the probe's wait on self.arrived failed, its lock released under it: a sample that waits on the "
+                "condition without holding its lock (async with self.arrived) gives up a lock another task holds"
+            ) from err
     with checking("ReplayBuffer.put"):
         assert events == ["put g0 -> True", "put g1 -> True", "put g2 -> True"], events
-        assert woken.get(timeout=2 * TIMEOUT), (
+        assert probe_was_woken, (
             "three groups were put while a probe waited on self.arrived, and none of the puts woke it: a kept "
             "group must notify self.arrived (so the waiting sample sleeps on too)")
     events.append(f"sample -> {ids(waiting.get(timeout=2 * TIMEOUT) or [])}")
