@@ -193,7 +193,9 @@ def test_a_waiting_sample_does_not_block_puts(chapter, plumbing, procs, test_tag
     while buffer.listeners.call_one().get(timeout=STARTUP_TIMEOUT) == 0:
         assert time.monotonic() < deadline, "the probe never started waiting"
         time.sleep(0.01)
-    waiting = buffer.sample.call_one(3, 0, TIMEOUT)  # the buffer is empty: this waits
+    # The buffer is empty: this waits. Its own timeout outlasts a put's wait (STARTUP_TIMEOUT), so a sample that
+    # blocks the buffer's loop while it waits makes the puts time out, which names it, not put.
+    waiting = buffer.sample.call_one(3, 0, 3 * TIMEOUT)
     events = []
     for i in range(3):
         try:
