@@ -295,8 +295,11 @@ def _clear_cuda_error() -> None:
     """A failed CUDA call leaves CUDA's last error set; torch's next check would report it as its own failure."""
     import ctypes
 
-    with open("/proc/self/maps") as maps:
-        libraries = {line.split()[-1] for line in maps if "libcudart.so" in line}
+    try:
+        with open("/proc/self/maps") as maps:
+            libraries = {line.split()[-1] for line in maps if "libcudart.so" in line}
+    except OSError:  # not Linux: nothing found to clear
+        return
     for library in libraries:  # the runtime torch loaded: cudaGetLastError reads and resets the error
         ctypes.CDLL(library).cudaGetLastError()
 

@@ -363,7 +363,7 @@ def test_a_cancelled_caller_takes_no_replica_out(chapter, make_service, aio):
 
     async def scenario():
         request = asyncio.create_task(service.route("hang", 1.0))
-        while service.stats.requests == 0:  # until route has started
+        while service.stats.requests == 0 and not request.done():  # until route has started
             await asyncio.sleep(0.01)
         for _ in range(5):
             await asyncio.sleep(0)  # route is now waiting for the replica's reply

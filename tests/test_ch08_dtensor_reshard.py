@@ -314,8 +314,8 @@ def test_pull_reads_each_piece_in_its_own_dtype(chapter):
 @pytest.mark.todo("ShardHolder.pull")
 @pytest.mark.time_limit(240)
 def test_a_real_dtensor_moves_between_meshes_bit_for_bit_as_redistribute(plumbing):
-    """Uneven rows over 2 processes (3 + 2 of 5 x 9), gathered by RDMA pulls on a third process: two pieces
-    from two meshes' processes land at their rows. The demo runs 2 -> 4 processes, into column shards; one
+    """Uneven rows over 2 processes (3 + 2 of 5 x 9), gathered by RDMA pulls on a third process, of another
+    mesh: two pieces, one from each source process, land at their rows. The demo runs 2 -> 4 processes, into column shards; one
     destination keeps this test quick (each process imports torch), and the in-process tests above check
     column shards and strided pieces."""
     assert plumbing.run_real(shape=(5, 9), seed=3, sources=2, destinations=1), (
