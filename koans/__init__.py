@@ -4,6 +4,7 @@
   stubgen    writes exercises/ from the TODO regions of solutions/
   harness    what conftest.py uses: code under test, Monarch hygiene, failure notes
   testing    timeouts the chapter tests share
+  forkserver the tests' Monarch processes, forked from a warm Python instead of started cold
   runner     runs a chapter's tests in a subprocess (for the CLI and verify)
   results    per-test JSON written by pytest for the runner
   cli        the `koans` command

@@ -26,7 +26,7 @@ from pathlib import Path
 import monarch.actor
 from monarch.actor import Actor, endpoint
 
-from koans.manifest import IMPL_ENV, PROJECT_ROOT, Chapter, find_chapter
+from koans.manifest import CHAPTERS, IMPL_ENV, PROJECT_ROOT, Chapter, chapter_for_module, find_chapter
 from koans.results import LIKELY_HANG_CAUSE
 from koans.stubgen import Todo, find_todos
 
@@ -136,8 +136,9 @@ def is_live(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def tagged_processes(tag: str) -> list[tuple[int, str]]:
-    """(pid, command line) of live processes that inherited our session tag."""
+def tagged_processes(tag: str, skip=None) -> list[tuple[int, str]]:
+    """(pid, command line) of live processes that inherited our session tag (but not those for
+    which `skip(pid, command line)` is true)."""
     needle = f"{SESSION_TAG_ENV}={tag}".encode()
     found = []
     for entry in Path("/proc").iterdir():
@@ -149,26 +150,27 @@ def tagged_processes(tag: str) -> list[tuple[int, str]]:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
         except OSError:
             continue
-        if is_live(int(entry.name)):
+        if is_live(int(entry.name)) and not (skip and skip(int(entry.name), cmdline)):
             found.append((int(entry.name), cmdline))
     return found
 
 
-def leftover_processes(tag: str, grace_s: float | None = None) -> list[tuple[int, str]]:
+def leftover_processes(tag: str, grace_s: float | None = None, skip=None) -> list[tuple[int, str]]:
     """Processes of this session still alive after a grace period; they are then killed.
 
     A process may take a moment to exit after its mesh is stopped, so we wait
     `grace_s` (default $KOANS_LEAK_GRACE or 5 s) before calling anything a leak.
+    `skip(pid, command line)` names the session's own helpers (koans.forkserver's).
     """
     if grace_s is None:
         grace_s = float(os.environ.get("KOANS_LEAK_GRACE", "5"))
     if not Path("/proc").is_dir():  # not Linux: nothing we can check
         return []
     deadline = time.monotonic() + grace_s
-    alive = tagged_processes(tag)
+    alive = tagged_processes(tag, skip)
     while alive and time.monotonic() < deadline:
         time.sleep(0.2)
-        alive = tagged_processes(tag)
+        alive = tagged_processes(tag, skip)
     for pid, _ in alive:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -226,6 +228,32 @@ class _Probe(Actor):
     @endpoint
     def ping(self) -> bool:
         return True
+
+
+class ProcessFacts(Actor):
+    """Where and how its process started (tests of koans/forkserver.py)."""
+
+    @endpoint
+    def facts(self, env_names: list[str]) -> dict:
+        return {"pid": os.getpid(), "ppid": os.getppid(), "cwd": os.getcwd(), "path0": sys.path[0],
+                "env": {name: os.environ.get(name) for name in env_names}, "torch_loaded": "torch" in sys.modules}
+
+
+def process_imports(paths: list[Path]) -> list[str]:
+    """What the Monarch processes of these test files or folders import (Chapter.process_imports,
+    every chapter's for a folder, torch for a file of no chapter): a session's zygote preloads it."""
+    chapters, modules = [], []
+    for path in paths:
+        chapter = chapter_for_module(path.stem) if path.is_file() else None
+        if path.is_dir():
+            chapters.extend(CHAPTERS)
+        elif chapter is not None:
+            chapters.append(chapter)
+        else:
+            modules.append("torch")
+    for chapter in chapters:
+        modules.extend(chapter.process_imports)
+    return list(dict.fromkeys(modules))
 
 
 def procs_accept_new_actors(procs, timeout_s: float = 5.0) -> bool:

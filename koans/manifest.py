@@ -32,6 +32,8 @@ class Chapter:
     fits_after: int | None = None  # electives: the workshop chapter after which they fit best
     needs_gpu: bool = False
     stretch: tuple[str, ...] = ()  # TODOs given as code in the workshop (koans workshop); self-study writes them
+    process_imports: tuple[str, ...] = ("torch",)  # what the Monarch processes of its tests import, slowly:
+    # a test session's zygote imports it once, and forks them with it imported (koans/forkserver.py)
 
     def gpu_missing(self) -> bool:
         """True when this chapter needs a CUDA GPU and this machine shows none."""
@@ -75,23 +77,25 @@ class Chapter:
         return HINTS.get(self.tag, {}).get(todo_key, ())
 
 
+QWEN2 = "transformers.models.qwen2.modeling_qwen2"  # Hugging Face's Qwen2: seconds to import
+
 CHAPTERS: tuple[Chapter, ...] = (
     Chapter(1, "hello_actor", "Hello, actor", WORKSHOP, 15),
-    Chapter(2, "actor_mesh", "Actor meshes and adverbs", WORKSHOP, 10, stretch=("Worker.whoami",)),
+    Chapter(2, "actor_mesh", "Actor meshes and adverbs", WORKSHOP, 10, stretch=("Worker.whoami",), process_imports=()),
     Chapter(3, "rdma_transfer", "RDMA transfer: the magic pointer", WORKSHOP, 20),
-    Chapter(4, "controllers", "Controllers: actors everyone can find", ELECTIVE, 15, fits_after=3),
-    Chapter(5, "supervision", "Supervision: noticing that a child has died", WORKSHOP, 30),
+    Chapter(4, "controllers", "Controllers: actors everyone can find", ELECTIVE, 15, fits_after=3, process_imports=()),
+    Chapter(5, "supervision", "Supervision: noticing that a child has died", WORKSHOP, 30, process_imports=()),
     Chapter(6, "service", "A service that routes around failed replicas", WORKSHOP, 20, builds_on=(5,),
-            stretch=("Service.next_replica", "Service.mark_unhealthy")),
+            stretch=("Service.next_replica", "Service.mark_unhealthy"), process_imports=()),
     Chapter(7, "weight_sync", "Weight sync without process groups", WORKSHOP, 30, builds_on=(3,),
-            stretch=("WeightStore.claim",)),
+            stretch=("WeightStore.claim",), process_imports=("torch", QWEN2)),
     Chapter(8, "dtensor_reshard", "Resharding by overlap", ELECTIVE, 45, builds_on=(3,), fits_after=7),
     Chapter(9, "async_loops", "Async RL: two loops and a buffer", WORKSHOP, 25, builds_on=(3, 7),
             stretch=("ReplayBuffer.sample",)),
     Chapter(10, "qwen_grpo", "Async GRPO for a Qwen2 policy", WORKSHOP, 25, builds_on=(3, 5, 6, 7, 9),
-            stretch=("response_token_logprobs",)),
+            stretch=("response_token_logprobs",), process_imports=("torch", QWEN2)),
     Chapter(11, "staleness", "Staleness: what it costs, how to correct it", ELECTIVE, 55, builds_on=(3, 5, 6, 7, 9, 10),
-            fits_after=10),
+            fits_after=10, process_imports=()),
     Chapter(12, "multi_turn_tools", "Multi-turn episodes with tools", ELECTIVE, 50, builds_on=(3, 5, 6, 7, 9, 10),
             fits_after=10),
 )

@@ -1,0 +1,440 @@
+"""Test plumbing: Monarch processes forked from a warm Python, not started cold. Nothing to learn here.
+
+Every Monarch process the tests start imports torch (and some, transformers): one to three
+seconds of CPU each on a small machine, and a chapter starts several. So the test session keeps
+one "warm" process (here: the zygote) that has imported them once, and every new Monarch process
+is forked from it, with the imports already done:
+
+    Monarch's host agent                        the zygote (torch imported, no Monarch runtime)
+      |  starts (as usual) a tiny launcher            |
+      |    launcher --- environment, cwd, fds ------> |  fork()
+      |    launcher <--------- child's pid ---------- |    `-> child: takes the launcher's fds and
+      |    (forwards signals; exits as the child         environment, then runs Monarch's usual
+      |     does, with the same status)                  process bootstrap
+      v
+
+To Monarch the launcher is the process: it exits when the child does, with the same status, and a
+signal sent to it reaches the child. If the launcher is killed, the child kills itself. If the
+zygote cannot be reached, the launcher starts Monarch's usual bootstrap itself (a cold start).
+
+The zygote never starts Monarch's runtime (its threads would not survive a fork), and it is not
+used on a machine with an NVIDIA GPU, where processes start the usual way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+
+ADDRESS_ENV = "KOANS_FORKSERVER"  # the zygote's socket, for the launcher; "0" in the environment: no zygote
+LAUNCHER_PID_ENV = "KOANS_FORKSERVER_LAUNCHER"  # in a forked process: the pid Monarch knows it by
+PLACE_ENV = "KOANS_FORKSERVER_PLACE"  # the zygote's host and namespaces: a launcher elsewhere starts cold
+BOOTSTRAP_MODULE = "monarch._src.actor.bootstrap_main"
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+_HIGH_FD = 900  # where the child parks descriptors while it puts the launcher's in place
+
+
+# ---------------------------------------------------------------- framing (both sides)
+
+
+def _send(sock: socket.socket, kind: bytes, payload: bytes = b"", fds: list[int] = ()) -> None:
+    message = kind + struct.pack("!I", len(payload)) + payload
+    if fds:
+        socket.send_fds(sock, [message[:1024]], list(fds))
+        sock.sendall(message[1024:])
+    else:
+        sock.sendall(message)
+
+
+def _recv_exact(sock: socket.socket, size: int, fds: list[int] | None = None) -> bytes:
+    data = b""
+    while len(data) < size:
+        if fds is not None and not data:
+            chunk, received, _, _ = socket.recv_fds(sock, size, 256)
+            fds.extend(received)
+        else:
+            chunk = sock.recv(size - len(data))
+        if not chunk:
+            raise EOFError("the other side closed the connection")
+        data += chunk
+    return data
+
+
+def _recv(sock: socket.socket, fds: list[int] | None = None) -> tuple[bytes, bytes]:
+    head = _recv_exact(sock, 5, fds)
+    (size,) = struct.unpack("!I", head[1:])
+    return head[:1], _recv_exact(sock, size)
+
+
+# ---------------------------------------------------------------- the launcher (Monarch starts this)
+
+
+def _cold_start() -> None:
+    """Monarch's usual bootstrap, in this very process (no zygote to fork from)."""
+    os.execv(sys.executable, [sys.executable, "-m", BOOTSTRAP_MODULE])
+
+
+def _launch() -> None:
+    address = os.environ.get(ADDRESS_ENV, "")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(address)
+    except OSError:
+        sock.close()
+        _cold_start()
+    own = sock.fileno()
+    fds = sorted(int(fd) for fd in os.listdir("/proc/self/fd") if int(fd) != own)
+    fds = [fd for fd in fds if _is_open(fd)]
+    request = {"env": dict(os.environ, **{LAUNCHER_PID_ENV: str(os.getpid())}), "cwd": os.getcwd(), "fds": fds}
+    child = 0
+    pending: list[int] = []
+
+    def forward(signum, _frame):
+        if child:
+            try:
+                os.kill(child, signum)
+            except ProcessLookupError:
+                pass
+        else:
+            pending.append(signum)
+
+    for signum in FORWARDED_SIGNALS:
+        signal.signal(signum, forward)
+    try:
+        _send(sock, b"F", json.dumps(request).encode(), fds)
+        kind, payload = _recv(sock)
+    except (OSError, EOFError):
+        _cold_start()  # the zygote went away before it forked: nothing was started
+    if kind != b"P":
+        _cold_start()  # the zygote could not fork (it said why on its stderr)
+    child = int(payload)
+    for signum in pending:
+        forward(signum, None)
+    try:
+        kind, payload = _recv(sock)
+        status = int(payload) if kind == b"S" else None
+    except (OSError, EOFError):
+        status = None  # the zygote went away: the child's status is lost
+    if status is None:
+        os._exit(1)
+    if os.WIFSIGNALED(status):
+        signum = os.WTERMSIG(status)  # end as the child did: killed by the same signal
+        if signum not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+        return True
+    except OSError:
+        return False
+
+
+# ---------------------------------------------------------------- the zygote
+
+
+def _serve(address: str, preload: list[str]):
+    """Listen at `address`, import `preload`, then fork one child per launcher. Returns only in a
+    forked child: the function that runs Monarch's bootstrap there."""
+    import selectors
+    import warnings
+
+    # Python 3.12 warns about fork() in a process with threads; the zygote's only other thread is
+    # numpy's BLAS pool, which re-creates itself after a fork.
+    warnings.filterwarnings("ignore", message=r".*fork\(\) may lead to deadlocks", category=DeprecationWarning)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(address)
+    listener.listen(64)  # launchers may connect now; they wait while the imports run
+    _preload(preload)
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_read, False)
+    os.set_blocking(wake_write, False)
+    signal.set_wakeup_fd(wake_write)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    children: dict[int, socket.socket] = {}
+    selector = selectors.DefaultSelector()
+    selector.register(listener, selectors.EVENT_READ)
+    selector.register(wake_read, selectors.EVENT_READ)
+    parent = os.getppid()
+    while True:
+        for key, _ in selector.select(timeout=1.0):
+            if key.fileobj is listener:
+                conn, _ = listener.accept()
+                job = _handle(conn, children, closing=[selector, listener, wake_read, wake_write])
+                if job is not None:
+                    return job  # in the child
+            else:
+                try:
+                    os.read(wake_read, 4096)
+                except BlockingIOError:
+                    pass
+        _reap(children)
+        if os.getppid() != parent:
+            return None  # the test session is gone: so are we
+
+
+def _preload(modules: list[str]) -> None:
+    import importlib
+
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception as err:  # a child imports it itself, as a cold process would
+            print(f"koans forkserver: could not preload {name}: {err}", file=sys.stderr)
+
+
+def _reap(children: dict[int, socket.socket]) -> None:
+    while children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        conn = children.pop(pid, None)
+        if conn is not None:
+            try:
+                _send(conn, b"S", str(status).encode())
+            except OSError:
+                pass
+            conn.close()
+
+
+def _handle(conn: socket.socket, children: dict[int, socket.socket], closing: list[int]):
+    fds: list[int] = []
+    try:
+        _, payload = _recv(conn, fds)
+        request = json.loads(payload)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+    except Exception as err:
+        print(f"koans forkserver: {type(err).__name__}: {err}", file=sys.stderr)
+        for fd in fds:
+            os.close(fd)
+        conn.close()
+        return None
+    if pid == 0:
+        for other in [*children.values(), *closing]:
+            other.close() if hasattr(other, "close") else os.close(other)
+        return lambda: _become_monarch_process(conn, fds, request)
+    for fd in fds:
+        os.close(fd)
+    children[pid] = conn
+    try:
+        _send(conn, b"P", str(pid).encode())
+    except OSError:
+        pass  # the launcher is gone: its child sees the closed connection and ends itself
+    return None
+
+
+def _become_monarch_process(conn: socket.socket, received: list[int], request: dict) -> None:
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    # The launcher's descriptors, at the numbers it had them (stdout, stderr, Monarch's pipes).
+    parked = [_dup_high(fd) for fd in received]
+    for fd in received:
+        os.close(fd)
+    raw = conn.detach()
+    conn = socket.socket(fileno=_dup_high(raw))
+    os.close(raw)
+    for target, fd in zip(request["fds"], parked):
+        os.dup2(fd, target)
+        os.close(fd)
+    zygote_pythonpath = os.environ.get("PYTHONPATH", "")
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.chdir(request["cwd"])
+    _adopt_pythonpath(zygote_pythonpath, request["env"].get("PYTHONPATH", ""), request["cwd"])
+    sys.argv = [BOOTSTRAP_MODULE]
+    _die_with_launcher(conn)
+
+    import multiprocessing
+
+    multiprocessing.set_start_method("forkserver", force=True)  # as Monarch's bootstrap sets it
+    from monarch._src.actor.bootstrap_main import invoke_main
+
+    invoke_main()
+
+
+def _run_and_leave(job) -> None:
+    """Run a forked child's bootstrap, then leave without the interpreter's teardown. That teardown
+    would touch, and so copy, every page the child shares with the zygote, for nothing: it took a
+    3-process mesh's stop from 0.4 s to 0.7 s here. Exit handlers still run, and the streams are flushed."""
+    import atexit
+    import traceback
+
+    code = 0
+    try:
+        job()
+    except SystemExit as done:
+        if isinstance(done.code, int) or done.code is None:
+            code = done.code or 0
+        else:
+            print(done.code, file=sys.stderr)
+            code = 1
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    os._exit(code)
+
+
+def _dup_high(fd: int) -> int:
+    import fcntl
+
+    high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, _HIGH_FD)
+    return high
+
+
+def _adopt_pythonpath(zygote_pythonpath: str, pythonpath: str, cwd: str) -> None:
+    """sys.path as `python -m` in `cwd` with this PYTHONPATH would have it."""
+    for entry in [p for p in zygote_pythonpath.split(os.pathsep) if p]:
+        while entry in sys.path:
+            sys.path.remove(entry)
+    theirs = [p for p in pythonpath.split(os.pathsep) if p]
+    sys.path[0:1] = [cwd, *theirs]
+
+
+def _die_with_launcher(conn: socket.socket) -> None:
+    """The launcher only ends after this process does; if the connection closes first, it was killed."""
+    import threading
+
+    def watch():
+        try:
+            while conn.recv(1):
+                pass
+        except OSError:
+            pass
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="koans-launcher-watch", daemon=True).start()
+
+
+# ---------------------------------------------------------------- the test session's side
+
+
+class Zygote:
+    """The warm process of one test session: `Zygote.start(preload)`, then `.stop()`."""
+
+    def __init__(self, process, address: str, directory: str):
+        self.process, self.address, self.directory = process, address, directory
+
+    @classmethod
+    def start(cls, preload=("torch",)) -> "Zygote | None":
+        """Start the zygote, and make it the way Monarch starts processes on hosts created from now on
+        until `only_existing_hosts()`. None where it does not apply."""
+        import atexit
+        import subprocess
+        import tempfile
+
+        if os.environ.get(ADDRESS_ENV) == "0" or sys.platform != "linux" or os.path.exists("/dev/nvidia0"):
+            return None
+        if not _patch_monarch_bootstrap():
+            return None
+        directory = tempfile.mkdtemp(prefix="koans-zygote-")
+        address = os.path.join(directory, "socket")
+        process = subprocess.Popen([sys.executable, os.path.abspath(__file__), "serve", address, *preload],
+                                   stdin=subprocess.DEVNULL, close_fds=True)
+        _LAUNCH_ENV[ADDRESS_ENV] = address
+        _LAUNCH_ENV[PLACE_ENV] = _place()
+        zygote = cls(process, address, directory)
+        atexit.register(zygote.stop)
+        return zygote
+
+    @staticmethod
+    def only_existing_hosts() -> None:
+        """From now on Monarch's default bootstrap command is its own again. The hosts made so far
+        (the test session's own) keep forking from the zygote; a command asked for explicitly, to add
+        environment or for another host, starts its processes cold, exactly as Monarch would."""
+        from monarch._src.actor import host_mesh
+
+        original = getattr(host_mesh._get_bootstrap_args, "original", None)
+        if original is not None:
+            host_mesh._get_bootstrap_args = original
+
+    def is_helper(self, pid: int, cmdline: str) -> bool:
+        """The zygote itself, or a launcher: not a Monarch process of their own (a forked child is)."""
+        return pid == self.process.pid or LAUNCHER_MARK in cmdline
+
+    def stop(self) -> None:
+        """Processes started from now on start cold; those forked already live on."""
+        import shutil
+
+        _LAUNCH_ENV.clear()
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+_LAUNCH_ENV: dict[str, str] = {}
+
+# What Monarch runs: this file's launcher where this host has the file and a zygote, else Monarch's usual
+# bootstrap (a process on another host starts cold).
+LAUNCHER_MARK = "# koans forkserver launcher"
+_LAUNCHER_PROGRAM = f"""{LAUNCHER_MARK}
+import os, sys
+def place():
+    return " ".join([os.uname().nodename] + [os.readlink("/proc/self/ns/" + n) for n in ("mnt", "net", "pid", "uts")])
+launcher, zygote = sys.argv[1], os.environ.get({ADDRESS_ENV!r}, "")
+if os.path.exists(launcher) and zygote and os.path.exists(zygote) and os.environ.get({PLACE_ENV!r}) == place():
+    sys.argv = [launcher, "launch"]
+    exec(compile(open(launcher).read(), launcher, "exec"))
+else:
+    os.execv(sys.executable, [sys.executable, "-m", {BOOTSTRAP_MODULE!r}])
+"""
+
+
+def _place() -> str:
+    """This host and its namespaces, as the launcher program spells them."""
+    return " ".join([os.uname().nodename] + [os.readlink(f"/proc/self/ns/{n}") for n in ("mnt", "net", "pid", "uts")])
+
+
+def _patch_monarch_bootstrap() -> bool:
+    """Monarch's default bootstrap command runs the launcher (torchmonarch 0.7: host_mesh's
+    `_get_bootstrap_args`). False, and nothing changed, where that hook is missing."""
+    try:
+        from monarch._src.actor import host_mesh
+    except ImportError:
+        return False
+    original = getattr(host_mesh, "_get_bootstrap_args", None)
+    if original is None:
+        return False
+    original = getattr(original, "original", original)
+    launcher = os.path.abspath(__file__)
+
+    def bootstrap_args():
+        if ADDRESS_ENV not in _LAUNCH_ENV:
+            return original()
+        return sys.executable, ["-S", "-c", _LAUNCHER_PROGRAM, launcher], dict(_LAUNCH_ENV)
+
+    bootstrap_args.original = original
+    host_mesh._get_bootstrap_args = bootstrap_args
+    return True
+
+
+def main(argv: list[str]) -> None:
+    if argv[:1] == ["launch"]:
+        _launch()
+    elif argv[:1] == ["serve"]:
+        sys.path[0] = os.getcwd()  # not this file's folder: as `python -m` would have it
+        job = _serve(argv[1], argv[2:])
+        if job is not None:
+            _run_and_leave(job)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,97 @@
+"""koans/forkserver.py: the tests' Monarch processes fork from a warm Python, and to Monarch they
+behave as processes it started itself. Run: pytest tests/test_forkserver.py"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from monarch.actor import default_bootstrap_cmd, this_host
+
+from koans import forkserver, harness
+from koans.manifest import PROJECT_ROOT, QWEN2
+from koans.testing import STARTUP_TIMEOUT, TIMEOUT
+
+ENV = [forkserver.LAUNCHER_PID_ENV, "HYPERACTOR_PROCESS_NAME", harness.SESSION_TAG_ENV, "KOANS_EXTRA"]
+
+
+@pytest.fixture
+def zygote(request):
+    zygote = request.config.koans_zygote
+    if zygote is None:
+        pytest.skip("this session starts its processes cold (KOANS_FORKSERVER=0, or a machine with a GPU)")
+    return zygote
+
+
+def facts_of(procs, test_tag):
+    return procs.spawn(f"facts_{test_tag}", harness.ProcessFacts).facts.call(ENV).get(timeout=STARTUP_TIMEOUT)
+
+
+def parent_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[1])
+
+
+def wait_until_gone(pids, what):
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while any(harness.is_live(pid) for pid in pids):
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def test_a_process_is_forked_from_the_zygote_with_its_imports_and_its_launchers_environment(zygote, fresh_procs,
+                                                                                           test_tag):
+    facts = [f for _, f in facts_of(fresh_procs(procs=2), test_tag).items()]
+    for f in facts:
+        assert f["ppid"] == zygote.process.pid, "forked by the zygote"
+        assert f["torch_loaded"], "the zygote's imports come with it (nothing else here imports torch)"
+        assert f["cwd"] == f["path0"] == os.getcwd(), "cwd and sys.path[0] as `python -m` would set them"
+        launcher = int(f["env"][forkserver.LAUNCHER_PID_ENV])
+        assert parent_of(launcher) == os.getpid(), "the launcher is what Monarch (in this process) started"
+        assert f["env"][harness.SESSION_TAG_ENV] == os.environ[harness.SESSION_TAG_ENV]
+    names = {f["env"]["HYPERACTOR_PROCESS_NAME"] for f in facts}
+    assert len(names) == 2 and None not in names, "each child has its own launcher's environment, Monarch's variables too"
+
+
+def test_a_launcher_stopped_or_killed_takes_its_process_along(zygote, fresh_procs, test_tag):
+    procs = fresh_procs(procs=2)
+    facts = [f for _, f in facts_of(procs, test_tag).items()]
+    children = [f["pid"] for f in facts]
+    launchers = [int(f["env"][forkserver.LAUNCHER_PID_ENV]) for f in facts]
+    os.kill(launchers[0], signal.SIGTERM)  # forwarded to the process, which ends, then its launcher
+    os.kill(launchers[1], signal.SIGKILL)  # cannot be forwarded: the process sees its launcher gone, and ends
+    wait_until_gone(children, "a process outlived its launcher")
+    wait_until_gone(launchers, "a launcher outlived its process")
+    fresh_procs.forget(procs)
+
+
+def test_a_bootstrap_command_asked_for_starts_its_process_cold_as_monarch_would(zygote, test_tag):
+    command = default_bootstrap_cmd().with_env({"KOANS_EXTRA": "yes"})
+    assert forkserver.LAUNCHER_MARK not in repr(command), "Monarch's own command, unchanged"
+    procs = this_host().spawn_procs(per_host={"procs": 1}, bootstrap_command=command)
+    try:
+        (facts,) = [f for _, f in facts_of(procs, test_tag).items()]
+    finally:
+        harness.stop_procs(procs)
+    assert facts["ppid"] == os.getpid() and facts["env"]["KOANS_EXTRA"] == "yes"
+    assert facts["env"][forkserver.LAUNCHER_PID_ENV] is None
+
+
+def test_the_zygote_imports_what_the_chapters_asked_for_need():
+    tests = PROJECT_ROOT / "tests"
+    assert harness.process_imports([tests / "test_ch04_controllers.py"]) == []
+    assert harness.process_imports([tests / "test_ch09_async_loops.py"]) == ["torch"]
+    assert harness.process_imports([tests / "test_ch10_qwen_grpo_faults.py"]) == ["torch", QWEN2]
+    assert harness.process_imports([tests / "test_harness.py"]) == ["torch"], "a file of no chapter: torch"
+    assert harness.process_imports([tests]) == ["torch", QWEN2], "a folder: every chapter's"
+
+
+def test_a_launcher_with_no_zygote_to_reach_starts_monarch_cold(tmp_path):
+    """Another host, or a zygote gone: the launcher program runs Monarch's usual bootstrap."""
+    program = forkserver._LAUNCHER_PROGRAM.replace(forkserver.BOOTSTRAP_MODULE, "this_module_proves_a_cold_start")
+    env = {**os.environ, forkserver.ADDRESS_ENV: str(tmp_path / "no-socket")}
+    done = subprocess.run([sys.executable, "-S", "-c", program, forkserver.__file__], env=env, capture_output=True,
+                          text=True, timeout=TIMEOUT * 6)
+    assert "No module named this_module_proves_a_cold_start" in done.stderr, done.stderr[-2000:]
