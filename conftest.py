@@ -4,8 +4,8 @@
   `--impl solutions` (the reference). $KOANS_IMPL does the same for tools that
   cannot pass options. Tests get the chapter module from the `chapter` fixture
   and never import `exercises` or `solutions` themselves.
-- Monarch processes start fast: forked from a warm Python that imported torch
-  once (koans/forkserver.py), not started cold.
+- Monarch processes start fast: forked from a warm Python that imported what
+  they need (torch, for most chapters) once (koans/forkserver.py), not started cold.
 - Monarch hygiene: a crashing actor process must not end the session, process
   death is detected within seconds, and no Monarch process may outlive the session
   (checked at the end; a leftover fails the run).
