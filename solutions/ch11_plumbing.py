@@ -97,9 +97,10 @@ def correction_loss(correction: str, logps, proximal, behaviour, advantages, mas
 
 def lab_run(lag: int, correction: str, seed: int = 0, steps: int = 100, groups: int = 4, group_size: int = 8,
             lr: float = 2e-3, minibatches: int = 2, clip: float = 0.2, cap: float = 2.0, max_new_tokens: int = 8,
-            logit_noise: float = 0.0) -> dict:
+            logit_noise: float = 0.0, eval_groups: int = 16) -> dict:
     """Train at an exact lag with one correction; answer the reward curve and the ESS per step.
-    `logit_noise` > 0: the sampler's numbers differ from the trainer's by that much (see the module's doc)."""
+    `logit_noise` > 0: the sampler's numbers differ from the trainer's by that much (see the module's doc).
+    `eval_groups`: how many prompts (of `group_size` samples each) measure the trained policy's clean reward."""
     torch.manual_seed(seed)
     rng = random.Random(seed)
     task = CountingTask()
@@ -140,8 +141,9 @@ def lab_run(lag: int, correction: str, seed: int = 0, steps: int = 100, groups: 
         rewards.append(float(reward.mean()))
         clip_fraction.append(sum(step_clip) / len(step_clip))
     tail = max(1, steps // 5)
-    return {"eval_reward": clean_reward(model, tokenizer, task, seed), "lag": lag, "correction": correction,
+    return {"eval_reward": clean_reward(model, tokenizer, task, seed, eval_groups, group_size), "lag": lag, "correction": correction,
             "seed": seed, "steps": steps, "samples": steps * groups * group_size,
+            "eval_samples": eval_groups * group_size,
             "final_reward": sum(rewards[-tail:]) / tail, "first_reward": sum(rewards[:tail]) / tail,
             "mean_ess": sum(ess) / len(ess), "min_ess": min(ess), "clip_fraction": sum(clip_fraction) / len(clip_fraction),
             "logit_noise": logit_noise, "mean_abs_log_ratio": sum(gap) / len(gap),
@@ -195,13 +197,14 @@ def spread(values: list[float]) -> float:
     return (max(values) - min(values)) / 2 if len(values) > 1 else 0.0
 
 
-def sweep(lags=(0, 1, 2, 4, 8), seeds=(0, 1, 2), steps: int = 100, out: str | None = None, quiet: bool = False) -> dict:
+def sweep(lags=(0, 1, 2, 4, 8), seeds=(0, 1, 2), steps: int = 100, out: str | None = None, quiet: bool = False,
+          eval_groups: int = 16) -> dict:
     started = time.monotonic()
     runs = []
     for lag in lags:
         for correction in CORRECTIONS:
             for seed in seeds:
-                run = lab_run(lag, correction, seed, steps)
+                run = lab_run(lag, correction, seed, steps, eval_groups=eval_groups)
                 runs.append(run)
                 if not quiet:
                     print(f"  lag {lag}  {correction:<9} seed {seed}: final reward {run['final_reward']:.2f}  "
@@ -274,14 +277,14 @@ def chart(report: dict, height: int = 10) -> str:
 
 
 def mismatch_sweep(noises=(0.0, 0.5, 1.0), seeds=(0, 1, 2, 3), steps: int = 150, out: str | None = None,
-                   quiet: bool = False) -> dict:
+                   quiet: bool = False, eval_groups: int = 16) -> dict:
     """Lag 0 throughout; each noise level (the sampler's logit error, in nats) with each correction."""
     started = time.monotonic()
     runs = []
     for noise in noises:
         for correction in MISMATCH_CORRECTIONS:
             for seed in seeds:
-                run = lab_run(0, correction, seed, steps, logit_noise=noise)
+                run = lab_run(0, correction, seed, steps, logit_noise=noise, eval_groups=eval_groups)
                 runs.append(run)
                 if not quiet:
                     print(f"  noise {noise:<4} {correction:<9} seed {seed}: reward, clean {run['eval_reward']:.2f} "

@@ -412,7 +412,8 @@ def test_masked_weights_on_random_batches(chapter):
 @pytest.mark.time_limit(300)
 def test_a_short_sweep_writes_its_data(plumbing, tmp_path):
     out = tmp_path / "sweep.json"
-    report = plumbing.sweep(lags=(0, 2), seeds=(0,), steps=3, out=str(out), quiet=True)
+    report = plumbing.sweep(lags=(0, 2), seeds=(0,), steps=3, out=str(out), quiet=True,
+                            eval_groups=2)
     data = json.loads(out.read_text())
     assert data["lags"] == [0, 2] and data["corrections"] == ["none", "clip", "tis", "decoupled"]
     assert len(data["runs"]) == 2 * 4 and set(data["cells"]) == {f"{lag}/{c}" for lag in (0, 2) for c in data["corrections"]}
@@ -430,10 +431,12 @@ def test_a_short_sweep_writes_its_data(plumbing, tmp_path):
 @pytest.mark.time_limit(300)
 def test_a_short_mismatch_sweep_measures_the_mismatch_and_writes_its_data(plumbing, tmp_path):
     out = tmp_path / "mismatch.json"
-    report = plumbing.mismatch_sweep(noises=(0.0, 1.0), seeds=(0,), steps=2, out=str(out), quiet=True)
+    report = plumbing.mismatch_sweep(noises=(0.0, 1.0), seeds=(0,), steps=2, out=str(out),
+                                     quiet=True, eval_groups=2)
     data = json.loads(out.read_text())
     assert data["corrections"] == ["none", "clip", "decoupled", "masked"] and len(data["runs"]) == 2 * 4
     assert all(r["lag"] == 0 for r in data["runs"]), "the mismatch lab runs at lag 0: no staleness"
+    assert all(r["eval_samples"] == 2 * 8 for r in data["runs"]), "the clean reward is measured on the asked-for size"
     exact = [r for r in data["runs"] if r["logit_noise"] == 0.0]
     noisy = [r for r in data["runs"] if r["logit_noise"] == 1.0]
     assert all(r["mean_abs_log_ratio"] == pytest.approx(0.0, abs=1e-4) and r["outside_band"] == 0.0 for r in exact), (
