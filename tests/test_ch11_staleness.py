@@ -412,14 +412,14 @@ def test_masked_weights_on_random_batches(chapter):
 @pytest.mark.time_limit(300)
 def test_a_short_sweep_writes_its_data(plumbing, tmp_path):
     out = tmp_path / "sweep.json"
-    report = plumbing.sweep(lags=(0, 2), seeds=(0,), steps=3, out=str(out), quiet=True,
+    report = plumbing.sweep(lags=(0, 2), seeds=(0,), steps=2, out=str(out), quiet=True,
                             eval_groups=2)
     data = json.loads(out.read_text())
     assert data["lags"] == [0, 2] and data["corrections"] == ["none", "clip", "tis", "decoupled"]
     assert len(data["runs"]) == 2 * 4 and set(data["cells"]) == {f"{lag}/{c}" for lag in (0, 2) for c in data["corrections"]}
     assert len({r["samples"] for r in data["runs"]}) == 1, "every run sees the same sample budget"
     for run in data["runs"]:
-        assert len(run["rewards"]) == len(run["ess"]) == 3
+        assert len(run["rewards"]) == len(run["ess"]) == 2
         assert all(0.0 <= r <= 1.0 for r in run["rewards"]) and all(0.0 < e <= 1.0 + 1e-6 for e in run["ess"])
     lag0 = [r for r in data["runs"] if r["lag"] == 0]
     assert all(e == pytest.approx(1.0) for r in lag0 for e in r["ess"][:1]), "at lag 0 the first batch is on-policy"
