@@ -205,3 +205,16 @@ MUTANTS = [
         raise ServiceUnavailable(endpoint_name, attempts, self.healthy_count())
     '''),
 ]
+
+
+# Caught since the fourth independent set (written without reading the tests) found them alive.
+MUTANTS += [
+    Mutant('Service.mark_unhealthy', "a report judged by the replica's health alone: one swapped out while healthy is still counted", '''
+if replica.healthy:
+    replica.healthy = False
+    replica.failures += 1
+    self.stats.replica_failures += 1
+    if self.auto_recover:
+        self.start_recovery(replica)
+'''),
+]

@@ -240,3 +240,23 @@ MUTANTS = [
                 raise RuntimeError(f"the lease expired during {self.lost_leases} loads")
     '''),
 ]
+
+
+# Caught since the fourth independent set (written without reading the tests) found them alive.
+MUTANTS += [
+    Mutant('SnapshotReader.pull_and_load', "3 loads hard-coded: the reader's own attempts ignored", '''
+for _ in range(3):
+    snapshot = await asyncio.wait_for(self.store.acquire.call_one(self.version), self.timeout)
+    if snapshot is None:
+        return None
+    try:
+        await self.load(snapshot, halfway)
+    finally:
+        held = await asyncio.wait_for(self.store.release.call_one(snapshot.lease), self.timeout)
+    if held:
+        self.version = snapshot.version
+        return snapshot.version
+    self.lost_leases += 1
+raise RuntimeError("the lease expired during each of 3 loads")
+'''),
+]

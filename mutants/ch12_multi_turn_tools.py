@@ -279,3 +279,38 @@ MUTANTS = [
         return best
     '''),
 ]
+
+
+# Caught since the fourth independent set (written without reading the tests) found them alive.
+MUTANTS += [
+    Mutant('run_episode', "the budget checked after each policy turn: an answer that fills it ends as 'tokens', a call that fills it is never answered", '''
+for _ in range(limits.max_turns):
+    room = limits.max_tokens - len(episode.ids)
+    if room <= 0:
+        episode.ended = "tokens"
+        return episode
+    turn = await policy.route("generate_turn", episode.prompt_ids + episode.ids, min(limits.max_new, room))
+    episode.append_turn(turn.ids, turn.logprobs, turn.version)
+    if len(episode.ids) >= limits.max_tokens:
+        episode.ended = "tokens"
+        return episode
+    kind, request = task.parse(task.decode(turn.ids))
+    if kind != "call":
+        episode.ended = "answer"
+        return episode
+    reply = await tools.route("call", prompt.table, request)
+    episode.append_turn(task.reply_ids(reply))
+episode.ended = "turns"
+return episode
+'''),
+    Mutant('LeastLoadedService.next_replica', 'the wrap-around stops one short: the replica just before the cursor is never a candidate', '''
+count = len(self.replicas)
+in_order = self.replicas[self.cursor:] + self.replicas[:self.cursor - 1]
+candidates = [r for r in in_order if r.healthy and r.index not in exclude]
+if not candidates:
+    return None
+best = min(candidates, key=lambda replica: replica.in_flight)
+self.cursor = (best.index + 1) % count
+return best
+'''),
+]

@@ -126,7 +126,8 @@ def test_round_robin_resumes_after_a_skip(four):
 # Contract, clause by clause (the test that holds each):
 #   1. the replica leaves rotation (healthy False)                          -> test_marking_takes_a_replica_out_once
 #   2. only the first report of a death counts                              -> test_marking_takes_a_replica_out_once
-#   3. a report about a replica no longer in self.replicas changes nothing  -> test_a_marked_replica_is_recovered_on_a_new_process_and_late_reports_change_nothing
+#   3. a report about a replica no longer in self.replicas changes nothing  -> test_a_marked_replica_is_recovered_on_a_new_process_and_late_reports_change_nothing,
+#                                                                              test_a_report_about_a_replica_no_longer_in_the_service_changes_nothing
 #   4. replica.failures grows by one: it counts every death at that index, carried into each replacement
 #                                                                           -> test_marking_adds_one_death_to_those_already_counted_at_that_index
 #   5. stats.replica_failures grows by one                                  -> test_marking_takes_a_replica_out_once
@@ -175,6 +176,22 @@ def test_marking_adds_one_death_to_those_already_counted_at_that_index(four):
         f"replica.failures is {replica.failures} after a third death at index 2: it counts every death seen at "
         "that index (the replacement carries it on), so a report adds one to it, it does not set it")
     assert four.snapshot()["replica_failures"] == 1, "and the service counts this death once"
+
+
+@pytest.mark.todo("Service.mark_unhealthy")
+def test_a_report_about_a_replica_no_longer_in_the_service_changes_nothing(chapter, plumbing):
+    """Replica 1 was swapped for a new one while it still looked healthy (say, a planned restart), and then a
+    request that had been waiting on the old one reports it dead. No Monarch process: stand-ins."""
+    service = service_here(chapter, plumbing, [echo_here(), echo_here()], auto_recover=True)
+    old = service.replicas[1]
+    service.replicas[1] = plumbing.Replica(1, None, echo_here(), generation=2)
+    service.mark_unhealthy(old, "a late report about the replica swapped out")
+    snapshot = service.snapshot()
+    assert (snapshot["replica_failures"], old.failures, snapshot["healthy"]) == (0, 0, [True, True]), (
+        f"{snapshot['replica_failures']} failures counted, old replica's count {old.failures}: the replica "
+        "reported is no longer in self.replicas (it was replaced), so the report changes nothing, whatever "
+        "that replica's own health flag says")
+    assert service.recovering == {}, "and starts no recovery: index 1 holds a healthy replacement"
 
 
 # --- TODO 3: Service.route ---

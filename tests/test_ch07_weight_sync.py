@@ -450,23 +450,25 @@ def test_pull_waits_for_the_store_at_most_its_timeout(chapter):
 
 
 @pytest.mark.todo("SnapshotReader.pull_and_load")
-def test_a_reader_that_keeps_losing_its_lease_gives_up_after_its_attempts(chapter):
+@pytest.mark.parametrize("attempts", [2, 4])
+def test_a_reader_that_keeps_losing_its_lease_gives_up_after_its_attempts(chapter, attempts):
     snapshot = types.SimpleNamespace(version=3, lease=7)
     store = StandIn(acquire=lambda newer_than: snapshot, release=lambda lease: False)  # every lease was lost
-    reader = chapter.SnapshotReader(store, {"w": torch.zeros(8)}, attempts=3)
+    reader = chapter.SnapshotReader(store, {"w": torch.zeros(8)}, attempts=attempts)
     loads = []
 
     async def load(snap, halfway=None):  # the copy itself is not what this test is about
         loads.append(snap.version)
-        assert len(loads) <= 3, "pull_and_load loaded again after its last attempt: stop after self.attempts"
+        assert len(loads) <= attempts, "pull_and_load loaded again after its last attempt: stop after self.attempts"
         await asyncio.sleep(0)
 
     reader.load = load
     with pytest.raises(RuntimeError):
         asyncio.run(asyncio.wait_for(reader.pull_and_load(), 10))
-    assert (loads, reader.lost_leases, reader.version) == ([3, 3, 3], 3, 0), (
-        "three loads, each lost its lease: count each, keep none of them (our version stays 0), then raise")
-    assert len(store.release.calls) == 3, "every lease is given back"
+    assert (loads, reader.lost_leases, reader.version) == ([3] * attempts, attempts, 0), (
+        f"{len(loads)} loads with attempts={attempts}, each lost its lease: load self.attempts times, count each "
+        "lost lease, keep none of them (our version stays 0), then raise")
+    assert len(store.release.calls) == attempts, "every lease is given back"
 
 
 @pytest.mark.todo("SnapshotReader.pull_and_load")

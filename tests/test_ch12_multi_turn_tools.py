@@ -253,6 +253,8 @@ def test_the_oldest_policy_token_wherever_it_sits(chapter):
 #      a turn)                                            -> test_the_last_turn_allowed_ends_it_as_turns_even_with_the_budget_spent
 #  14. the room left is max_tokens minus the tokens held, not minus what earlier turns were allowed
 #                                                         -> test_the_budget_counts_the_tokens_written_not_the_tokens_allowed
+#  15. a turn that fills the budget is read like any other: an answer is the answer, a tool call is answered
+#                                                         -> test_a_turn_that_fills_the_budget_is_still_read
 #   7. "tokens" before a turn once it holds max_tokens tokens, exactly max_tokens included
 #                                                         -> test_an_episode_ends_at_its_answer_its_turn_limit_or_its_token_limit, 
 #                                                            test_exactly_max_tokens_ends_it_before_another_turn
@@ -391,6 +393,23 @@ def test_the_last_turn_allowed_ends_it_as_turns_even_with_the_budget_spent(chapt
 
 
 @pytest.mark.todo("run_episode")
+def test_a_turn_that_fills_the_budget_is_still_read(chapter, task, tools_module):
+    prompt = prompt_for(tools_module)
+    answer = f"!{prompt.answer}<eos>"
+    limits = tools_module.Limits(max_turns=3, max_tokens=len(encode(task, answer)), max_new=6)
+    answered = run(chapter, ScriptedPolicy(chapter, task, [answer]), Tools(tools_module), task, prompt, limits)
+    assert answered.ended == "answer", (
+        f"ended {answered.ended!r}: the one turn filled the budget exactly, and it is an answer, so the episode "
+        "ended with its answer; 'tokens' is said only before a turn, when no room is left for it")
+    tools = Tools(tools_module)
+    limits = tools_module.Limits(max_turns=3, max_tokens=len(encode(task, "?c\n")), max_new=6)
+    called = run(chapter, ScriptedPolicy(chapter, task, ["?c\n"]), tools, task, prompt, limits)
+    assert tools.calls == ["c"] and called.ended == "tokens", (
+        f"tool calls {tools.calls}, ended {called.ended!r}: a tool call that fills the budget is still answered (its "
+        "reply appended); then no room is left, so the episode ends ('tokens') before the next turn")
+
+
+@pytest.mark.todo("run_episode")
 def test_the_budget_counts_the_tokens_written_not_the_tokens_allowed(chapter, task, tools_module):
     policy = ScriptedPolicy(chapter, task, [], every_turn="?b")  # short turns: far fewer tokens than max_new
     limits = tools_module.Limits(max_turns=3, max_tokens=30, max_new=12)
@@ -487,7 +506,8 @@ def test_a_tool_worker_that_dies_costs_the_episode_nothing(chapter, task, tools_
 #   3. none left: None, and the cursor stays              -> test_the_replica_with_the_fewest_requests_in_flight_is_picked, 
 #                                                            test_the_cursor_moves_just_past_the_pick
 #   4. ties: the first at or after self.cursor, round robin -> test_ties_go_round_robin
-#   5. ... wrapping around past the last replica          -> test_ties_wrap_around_past_the_last_replica
+#   5. ... wrapping around past the last replica, up to the one just before the cursor
+#                                                         -> test_ties_wrap_around_past_the_last_replica
 #   6. the cursor moves just past the replica picked (not one step on from where it was)
 #                                                         -> test_the_cursor_moves_just_past_the_pick
 #   7. (given code) a request counts while in flight      -> test_requests_in_flight_are_counted_while_they_run
@@ -540,6 +560,13 @@ def test_ties_wrap_around_past_the_last_replica(pool):
     picked = pool.next_replica().index
     assert picked == 0, (
         f"replica {picked}: from cursor 3, past the last replica the order wraps around to 0: 3 (busy), 0, 1, 2")
+    pool.cursor = 2
+    for replica, load in zip(pool.replicas, (1, 0, 1, 1)):
+        replica.in_flight = load
+    picked = pool.next_replica().index
+    assert picked == 1, (
+        f"replica {picked}: from cursor 2 the order is 2, 3, 0, 1; the wrap-around reaches every replica, the one "
+        "just before the cursor too, and replica 1 is the least loaded")
 
 
 @pytest.mark.todo("LeastLoadedService.next_replica")
