@@ -141,8 +141,8 @@ def lab_run(lag: int, correction: str, seed: int = 0, steps: int = 100, groups: 
         rewards.append(float(reward.mean()))
         clip_fraction.append(sum(step_clip) / len(step_clip))
     tail = max(1, steps // 5)
-    return {"eval_reward": clean_reward(model, tokenizer, task, seed, eval_groups, group_size), "lag": lag, "correction": correction,
-            "seed": seed, "steps": steps, "samples": steps * groups * group_size,
+    return {"eval_reward": clean_reward(model, tokenizer, task, seed, eval_groups, group_size), "lag": lag,
+            "correction": correction, "seed": seed, "steps": steps, "samples": steps * groups * group_size,
             "eval_samples": eval_groups * group_size,
             "final_reward": sum(rewards[-tail:]) / tail, "first_reward": sum(rewards[:tail]) / tail,
             "mean_ess": sum(ess) / len(ess), "min_ess": min(ess), "clip_fraction": sum(clip_fraction) / len(clip_fraction),
