@@ -79,9 +79,10 @@ class WeightStore(Actor):
     def claim(self) -> int | None:
         """A slot the trainer may stage the next version into, now marked as being written; None if none."""
         # Slots are numbered 0 .. len(self.offers) - 1. A slot is needed while it holds the latest
-        # version, while it is being written, and while a lease is on it. A lease older than self.lease_timeout_s is lost (its reader may be dead): drop
-        # it from self.leases and count it in counts["expired_leases"], so it blocks nothing. Add the
-        # slot you answer to self.writing; count counts["skipped_claims"] when you answer None.
+        # version, while it is being written, and while a lease is on it. A lease older than
+        # self.lease_timeout_s is lost (its reader may be dead): at every claim, drop each such lease from
+        # self.leases and count it in counts["expired_leases"], so it blocks nothing. Add the slot you
+        # answer to self.writing; count counts["skipped_claims"] when you answer None.
         raise NotImplementedError("TODO(ch07): the double-buffer rule: answer a slot nobody needs, or None (the trainer then skips)")
 
     @endpoint

@@ -62,7 +62,8 @@ def truncated_importance_weights(proximal_logps: torch.Tensor, behaviour_logps: 
     """[N, T] per-token weights min(p_proximal / p_behaviour, cap); exactly 0 where mask is 0."""
     # The weights are a constant of the loss: no gradient flows through them, even when an input
     # carries one. cap=None means no cap. Padding weighs exactly 0 whatever its log-probabilities hold
-    # (-inf included, where the ratio is inf or nan).
+    # (-inf included, where the ratio is inf or nan). A real token's weight is finite, even for a token
+    # both policies find very unlikely (log-probabilities near -200).
     raise NotImplementedError("TODO(ch11): each token's importance weight, proximal over behaviour, capped at `cap`; 0 on padding")
 
 
@@ -87,8 +88,8 @@ def decoupled_ppo_loss(logps: torch.Tensor, proximal_logps: torch.Tensor, behavi
     Returns (loss, {"ess": float, "clip_fraction": float, "mean_weight": float}).
     """
     # w: the caller's `weights` when given, else truncated_importance_weights'; r = p_current / p_proximal
-    # per token; the objective per token is w * min(r * A, clip(r, 1 - clip, 1 + clip) * A), or w * r * A
-    # when clip is None.
+    # per token, finite for tokens near -200 too; the objective per token is
+    # w * min(r * A, clip(r, 1 - clip, 1 + clip) * A), or w * r * A when clip is None.
     # loss = -masked_mean(objective, mask). Stats, each like the loss a masked_mean (per response, then
     # over responses): "clip_fraction" of r outside [1 - clip, 1 + clip] (0.0 without a clip),
     # "mean_weight" of w; and "ess", the effective_sample_size of w. The caller's clip and cap (None
@@ -107,8 +108,9 @@ def masked_importance_weights(proximal_logps: torch.Tensor, behaviour_logps: tor
         raise ValueError(f"the band [{low}, {high}] must hold 1, so that on-policy tokens are kept: "
                          "need 0 <= low <= 1 <= high")
     # Outside the band the weight is 0, not the nearest end of the band (that would be truncation). Like
-    # truncated_importance_weights: no gradient flows through the weights, and padding weighs exactly 0
-    # whatever its log-probabilities hold (-inf included). The caller's low and high are the band.
+    # truncated_importance_weights: no gradient flows through the weights, padding weighs exactly 0
+    # whatever its log-probabilities hold (-inf included), and tokens near -200 get their true ratio.
+    # The caller's low and high are the band.
     raise NotImplementedError("TODO(ch11): the ratio inside [low, high] (ends included); exactly 0 outside it and on padding")
 
 

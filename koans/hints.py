@@ -170,7 +170,8 @@ HINTS: dict[str, dict[str, tuple[str, ...]]] = {
             "torch.chunk's size, ceil(length / parts), but every rank gets a share, perhaps an empty one.",
             "box = [(0, size) for size in shape]; for each mesh dim m with a Shard(d) placement, split box[d].",
             "size = -(-length // mesh_shape[m]); start = min(coord[m] * size, length); "
-            "box[d] = (offset + start, max(0, min(size, length - start)))",
+            "share = max(0, min(size, length - start)); box[d] = (offset + start, share) if share, "
+            "else (shape[d], 0): an empty share sits at the end of the whole dimension.",
         ),
         "intersect": (
             "Per dimension, an overlap starts at the later start and ends at the earlier end.",

@@ -98,3 +98,24 @@ MUTANTS = [
         return sum(partial_sums.values())
     '''),
 ]
+
+
+# Caught since the sixth independent set (written without reading the tests) found them alive.
+MUTANTS += [
+    Mutant('Worker.whoami', "message_size drops dimensions of size 1: breaks 'message_size ... the message's mesh size' for {'procs': 1} and 2-D meshes with a size-1 dim", '''
+return {
+    "spawn_coords": self.spawn_coords,
+    "message_coords": dict(current_rank()),
+    "message_size": {k: v for k, v in current_size().items() if v > 1},
+    "pid": os.getpid(),
+}
+'''),
+    Mutant('Worker.add', "clamps the tally at zero: breaks 'Add amount' for negative amounts", '''
+self.tally = max(0, self.tally + amount)
+return self.tally
+'''),
+    Mutant('sum_of_squares', "adds with math.fsum: answers a float, inexact beyond 2**53; breaks '-> int'", '''
+partial_sums = workers.sum_my_share.call(numbers).get(timeout=timeout)
+return math.fsum(partial_sums.values())
+'''),
+]

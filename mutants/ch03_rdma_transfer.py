@@ -161,3 +161,40 @@ MUTANTS = [
         return destination
     '''),
 ]
+
+
+# Caught since the fifth independent set (written without reading the tests) found them alive.
+MUTANTS += [
+    Mutant('expose', 'tests contiguity as stride == (1,): a one-element tensor with another stride is refused (breaks: refuse only what is not contiguous)', '''
+if not isinstance(tensor, torch.Tensor):
+    raise TypeError(not_a_tensor(tensor))
+if tensor.dim() != 1:
+    raise ValueError(not_flat(tensor))
+if tensor.stride() != (1,):
+    raise ValueError(not_contiguous(tensor))
+if tensor.numel() == 0:
+    raise ValueError(empty_tensor(tensor))
+return TensorHandle(RDMABuffer(tensor), tensor.dtype, tensor.numel())
+'''),
+]
+
+
+# Caught since the sixth independent set (written without reading the tests) found them alive.
+MUTANTS += [
+    Mutant('expose', "exact type check rejects Tensor subclasses such as nn.Parameter: breaks 'not a torch.Tensor (TypeError) ... nothing else'", '''
+if type(tensor) is not torch.Tensor:
+    raise TypeError(not_a_tensor(tensor))
+if tensor.dim() != 1:
+    raise ValueError(not_flat(tensor))
+if not tensor.is_contiguous():
+    raise ValueError(not_contiguous(tensor))
+if tensor.numel() == 0:
+    raise ValueError(empty_tensor(tensor))
+return TensorHandle(RDMABuffer(tensor), tensor.dtype, tensor.numel())
+'''),
+    Mutant('TensorOwner.send_copy', "caches the first copy and sends it again: a later in-place update does not show; breaks 'return the tensor itself'", '''
+if getattr(self, "sent_copy", None) is None:
+    self.sent_copy = self.tensor.clone()
+return self.sent_copy
+'''),
+]

@@ -85,3 +85,24 @@ MUTANTS = [
         return result
     '''),
 ]
+
+
+# Caught since the fifth independent set (written without reading the tests) found them alive.
+MUTANTS += [
+    Mutant('Worker.work', 'waits for the record with no timeout (breaks: wait with timeout=TIMEOUT)', '''
+result = sum(x * x for x in items)
+sink = find_sink(f"worker{self.rank}", self.sink_name)
+sink.record.call_one(f"worker{self.rank}", "items_done", len(items)).get()
+return result
+'''),
+]
+
+
+# Caught since the sixth independent set (written without reading the tests) found them alive.
+MUTANTS += [
+    Mutant('MetricsSink.record', "skips zero values: breaks 'Keep one record' for a report of 0 (a worker given no items)", '''
+if value:
+    self.records.append((source, metric, float(value)))
+return len(self.records)
+'''),
+]

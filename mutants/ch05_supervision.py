@@ -150,3 +150,41 @@ MUTANTS = [
             return Outcome("timeout", err, where)
     '''),
 ]
+
+
+# Caught since the fifth independent set (written without reading the tests) found them alive.
+MUTANTS += [
+    Mutant('classify', 'truncates the timeout to whole seconds (int(timeout), as read_chunks does): a fractional timeout like 0.5 s times out at once', '''
+try:
+    return Outcome("ok", await asyncio.wait_for(future, int(timeout)), where)
+except ActorError as err:
+    return Outcome("endpoint_error", err, where)
+except SupervisionError as err:
+    return Outcome("died", err, where)
+except TimeoutError as err:
+    return Outcome("timeout", err, where)
+'''),
+]
+
+
+# Caught since the sixth independent set (written without reading the tests) found them alive.
+MUTANTS += [
+    Mutant('classify', "`timeout or TIMEOUT`: a zero timeout waits 30 s instead of giving up at once; breaks 'at most `timeout` seconds' at 0", '''
+try:
+    return Outcome("ok", await asyncio.wait_for(future, timeout or TIMEOUT), where)
+except ActorError as err:
+    return Outcome("endpoint_error", err, where)
+except SupervisionError as err:
+    return Outcome("died", err, where)
+except TimeoutError as err:
+    return Outcome("timeout", err, where)
+'''),
+    Mutant('Supervisor.__supervise__', "gives up respawning after three deaths (a restart budget): breaks 'The current child's failure: ... start the next generation' on the 4th death", '''
+if spawned_as(failure) == self.child_name:
+    self.failures.append({"generation": self.generation, "mesh": str(failure.mesh_name),
+                          "report": failure.report()})
+    if len(self.failures) < 4:
+        self.spawn_child()
+return True
+'''),
+]

@@ -260,3 +260,64 @@ for _ in range(3):
 raise RuntimeError("the lease expired during each of 3 loads")
 '''),
 ]
+
+
+# Caught since the sixth independent set (written without reading the tests) found them alive.
+MUTANTS += [
+    Mutant('WeightStore.claim', "drops expired leases only when no slot is free otherwise: with a free slot an expired lease stays in self.leases, uncounted, and its reader's release still answers True (breaks 'a lease older than lease_timeout_s is lost: drop it from self.leases and count it')", '''
+        def free_slots():
+            busy = set(self.writing) | {slot for slot, _ in self.leases.values()}
+            if self.latest is not None:
+                busy.add(self.latest[1])
+            return [slot for slot in range(len(self.offers)) if slot not in busy]
+
+        free = free_slots()
+        if not free:
+            now = time.monotonic()
+            for lease, (_, since) in list(self.leases.items()):
+                if now - since > self.lease_timeout_s:
+                    del self.leases[lease]
+                    self.counts["expired_leases"] += 1
+            free = free_slots()
+        if free:
+            self.writing.add(free[0])
+            return free[0]
+        self.counts["skipped_claims"] += 1
+        return None
+'''),
+    Mutant('WeightStore.claim', "assigns the number of leases that expired in this claim to counts['expired_leases'] instead of adding it: expiries noticed by two different claims count 1, not 2 (breaks 'count it in counts['expired_leases']', a running count)", '''
+        now = time.monotonic()
+        expired = [lease for lease, (_, since) in self.leases.items() if now - since > self.lease_timeout_s]
+        for lease in expired:
+            del self.leases[lease]
+        if expired:
+            self.counts["expired_leases"] = len(expired)
+        busy = set(self.writing) | {slot for slot, _ in self.leases.values()}
+        if self.latest is not None:
+            busy.add(self.latest[1])
+        for slot in range(len(self.offers)):
+            if slot not in busy:
+                self.writing.add(slot)
+                return slot
+        self.counts["skipped_claims"] += 1
+        return None
+'''),
+    Mutant('SnapshotReader.pull_and_load', "gives the lease back in `except Exception` instead of `finally`: a pull cancelled in the middle of its load (CancelledError) keeps its lease, blocking the slot (breaks 'give the lease back whatever happens')", '''
+        for _ in range(self.attempts):
+            snapshot = await asyncio.wait_for(self.store.acquire.call_one(self.version), self.timeout)
+            if snapshot is None:
+                return None
+            try:
+                await self.load(snapshot, halfway)
+            except Exception:
+                await asyncio.wait_for(self.store.release.call_one(snapshot.lease), self.timeout)
+                raise
+            held = await asyncio.wait_for(self.store.release.call_one(snapshot.lease), self.timeout)
+            if held:
+                self.version = snapshot.version
+                return snapshot.version
+            self.lost_leases += 1
+        raise RuntimeError(f"the lease expired during each of {self.attempts} loads: our weights may be torn. "
+                           "Raise the store's lease_timeout_s above the time a load takes.")
+'''),
+]

@@ -143,3 +143,33 @@ MUTANTS = [
         return self.local.numel() * self.local.element_size()
     '''),
 ]
+
+
+# Caught since the sixth independent set (written without reading the tests) found them alive.
+MUTANTS += [
+    Mutant('intersect', "answers None when the overlap list is empty: two boxes of a 0-d tensor (one element each) are taken as disjoint (breaks 'the box both cover', for a scalar: ())", '''
+    overlap = []
+    for (a_off, a_len), (b_off, b_len) in zip(a, b):
+        start, end = max(a_off, b_off), min(a_off + a_len, b_off + b_len)
+        if end <= start:
+            return None
+        overlap.append((start, end - start))
+    return tuple(overlap) if overlap else None
+'''),
+    Mutant('ShardHolder.pull', "counts the bytes with the local shard's element size, not the handles': wrong when the pieces arrive in another dtype than self.local's (breaks 'answer the bytes read')", '''
+        buffers = await asyncio.gather(*(pull_into(handle, torch.empty(handle.numel, dtype=handle.dtype))
+                                         for handle in handles))
+        for piece, buffer in zip(pieces, buffers):
+            region = self.local[piece.dst_slices]
+            region.copy_(buffer.view(region.shape))
+        return sum(piece.numel for piece in pieces) * self.local.element_size()
+'''),
+    Mutant('ShardHolder.pull', "allocates each landing buffer in self.local's dtype, not the handle's: pull_into refuses a piece that arrives in another dtype (breaks 'a piece arrives flat: handle.numel elements of handle.dtype')", '''
+        buffers = await asyncio.gather(*(pull_into(handle, torch.empty(handle.numel, dtype=self.local.dtype))
+                                         for handle in handles))
+        for piece, buffer in zip(pieces, buffers):
+            region = self.local[piece.dst_slices]
+            region.copy_(buffer.view(region.shape))
+        return sum(handle.nbytes for handle in handles)
+'''),
+]

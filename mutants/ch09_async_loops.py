@@ -221,3 +221,70 @@ MUTANTS = [
         return True
     '''),
 ]
+
+
+# Caught since the fifth independent set (written without reading the tests) found them alive.
+MUTANTS += [
+    Mutant('ReplayBuffer.put', "hard-codes a lag bound of 1 instead of self.max_lag; breaks the buffer's max_lag for any other value (0 included)", '''
+    if self.learner_version - group.version > 1:
+        self.ledger.refused_stale.append(group.id)
+        return False
+    self.groups.append(group)
+    async with self.arrived:
+        self.arrived.notify_all()
+    return True
+'''),
+    Mutant('ReplayBuffer.sample', "judges staleness against the argument only and never stores it, so put keeps accepting groups it should refuse; breaks 'self.learner_version becomes learner_version'", '''
+    def fresh(g) -> bool:
+        return max(self.learner_version, learner_version) - g.version <= self.max_lag
+
+    def enough() -> bool:
+        self.ledger.dropped_stale += [g.id for g in self.groups if not fresh(g)]
+        self.groups[:] = [g for g in self.groups if fresh(g)]
+        return len(self.groups) >= count
+
+    try:
+        async with self.arrived:
+            await asyncio.wait_for(self.arrived.wait_for(enough), timeout)
+    except TimeoutError:
+        return None
+    batch, self.groups[:] = self.groups[:count], self.groups[count:]
+    self.ledger.trained += [g.id for g in batch]
+    return batch
+'''),
+    Mutant('ReplayBuffer.sample', "removes stale groups only once the batch is complete; after a timeout they stay in the buffer (and end as unused_at_stop); breaks 'Groups too stale for it are dropped into self.ledger.dropped_stale'", '''
+    self.learner_version = max(self.learner_version, learner_version)
+
+    def fresh() -> list:
+        return [g for g in self.groups if not self._too_stale(g)]
+
+    try:
+        async with self.arrived:
+            await asyncio.wait_for(self.arrived.wait_for(lambda: len(fresh()) >= count), timeout)
+    except TimeoutError:
+        return None
+    self.ledger.dropped_stale += [g.id for g in self.groups if self._too_stale(g)]
+    self.groups[:] = fresh()
+    batch, self.groups[:] = self.groups[:count], self.groups[count:]
+    self.ledger.trained += [g.id for g in batch]
+    return batch
+'''),
+    Mutant('continuous_training', "checks the step count after training (a do-while), so steps=0 still trains once; breaks '`steps` training steps'", '''
+    results, version = [], 0
+    try:
+        while True:
+            batch = await asyncio.wait_for(buffer.sample.call_one(batch_groups, version), TIMEOUT)
+            if batch is None:
+                continue
+            result = await asyncio.wait_for(learner.train.call_one(batch), TIMEOUT)
+            version = result["version"]
+            results.append(result)
+            if on_step is not None:
+                on_step(result)
+            if len(results) >= steps:
+                break
+    finally:
+        stop.set()
+    return results
+'''),
+]

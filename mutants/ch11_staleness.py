@@ -162,3 +162,48 @@ MUTANTS = [
                       "mean_weight": float(masked_mean(weights, mask))}
     '''),
 ]
+
+
+# Caught since the fifth independent set (written without reading the tests) found them alive.
+MUTANTS += [
+    Mutant('truncated_importance_weights', "ratio of probabilities exp(a) / exp(b): both underflow to 0 for very unlikely tokens, giving nan on real tokens; breaks 'per-token weights min(p_proximal / p_behaviour, cap)' for extreme log-probabilities", '''
+    weights = (proximal_logps.exp() / behaviour_logps.exp()).detach()
+    if cap is not None:
+        weights = weights.clamp(max=cap)
+    return torch.where(mask.bool(), weights, torch.zeros_like(weights))
+'''),
+    # The same underflow, where the two other ratios are taken:
+    Mutant("masked_importance_weights", "the ratio as exp(a) / exp(b): both underflow to 0 for tokens unlikely under both policies, "
+           "and 0 / 0 is nan, outside any band: they weigh 0", '''
+ratio = (proximal_logps.exp() / behaviour_logps.exp()).detach()
+inside = (ratio >= low) & (ratio <= high) & mask.bool()
+return torch.where(inside, ratio, torch.zeros_like(ratio))
+'''),
+    Mutant("decoupled_ppo_loss", "r as exp(logps) / exp(proximal_logps): nan for tokens unlikely under both policies", '''
+if weights is None:
+    weights = truncated_importance_weights(proximal_logps, behaviour_logps, mask, cap)
+ratio = logps.exp() / proximal_logps.exp()
+per_token_advantage = advantages[:, None]
+if clip is None:
+    objective = weights * ratio * per_token_advantage
+    clipped = torch.zeros_like(ratio)
+else:
+    objective = weights * torch.min(ratio * per_token_advantage,
+                                    ratio.clamp(1 - clip, 1 + clip) * per_token_advantage)
+    clipped = ((ratio < 1 - clip) | (ratio > 1 + clip)).float()
+loss = -masked_mean(objective, mask)
+return loss, {"ess": effective_sample_size(weights, mask), "clip_fraction": float(masked_mean(clipped, mask)),
+              "mean_weight": float(masked_mean(weights, mask))}
+'''),
+]
+
+
+# Caught since the sixth independent set (written without reading the tests) found them alive.
+MUTANTS += [
+    Mutant('truncated_importance_weights', "detaches only inside the cap branch: with cap=None a gradient flows through the weights (breaks 'no gradient flows through them, even when an input carries one', for cap=None)", '''
+    weights = torch.exp(proximal_logps - behaviour_logps)
+    if cap is not None:
+        weights = weights.clamp(max=cap).detach()
+    return torch.where(mask.bool(), weights, torch.zeros_like(weights))
+'''),
+]

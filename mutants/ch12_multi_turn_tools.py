@@ -314,3 +314,103 @@ self.cursor = (best.index + 1) % count
 return best
 '''),
 ]
+
+
+# Caught since the fifth independent set (written without reading the tests) found them alive.
+MUTANTS += [
+    Mutant('run_episode', "only a turn starting with '!' ends the episode; any other non-call turn lets the policy go on; breaks 'a turn that is not a tool call is the answer'", '''
+for _ in range(limits.max_turns):
+    room = limits.max_tokens - len(episode.ids)
+    if room <= 0:
+        episode.ended = "tokens"
+        return episode
+
+    turn = await policy.route("generate_turn", episode.prompt_ids + episode.ids, min(limits.max_new, room))
+    episode.append_turn(turn.ids, turn.logprobs, turn.version)
+    kind, request = task.parse(task.decode(turn.ids))
+    if kind != "call":
+        if request.startswith("!"):
+            episode.ended = "answer"
+            return episode
+        continue
+    reply = await tools.route("call", prompt.table, request)
+    episode.append_turn(task.reply_ids(reply))
+episode.ended = "turns"
+return episode
+'''),
+]
+
+
+# Caught since the sixth independent set (written without reading the tests) found them alive.
+MUTANTS += [
+    Mutant('Episode.append_turn', 'stores the mask as ints 1/0 (breaks the promised type: mask is a list of floats, 1.0 and 0.0)', '''
+    policy = logprobs is not None
+    if policy and len(logprobs) != len(ids):
+        raise ValueError(f"{len(ids)} tokens but {len(logprobs)} log-probabilities")
+    self.ids += ids
+    self.mask += [int(policy)] * len(ids)
+    self.logprobs += list(logprobs) if policy else [0.0] * len(ids)
+    self.versions += [version if policy else -1] * len(ids)
+'''),
+    Mutant('run_episode', "wraps each tool call in its own 10 s asyncio.wait_for (breaks 'the tools' Service alone bounds a call's time: add no timeout of your own')", '''
+    import asyncio
+    for _ in range(limits.max_turns):
+        room = limits.max_tokens - len(episode.ids)
+        if room <= 0:
+            episode.ended = "tokens"
+            return episode
+        turn = await policy.route("generate_turn", episode.prompt_ids + episode.ids, min(limits.max_new, room))
+        episode.append_turn(turn.ids, turn.logprobs, turn.version)
+        kind, request = task.parse(task.decode(turn.ids))
+        if kind != "call":
+            episode.ended = "answer"
+            return episode
+        reply = await asyncio.wait_for(tools.route("call", prompt.table, request), timeout=10.0)
+        episode.append_turn(task.reply_ids(reply))
+    episode.ended = "turns"
+    return episode
+'''),
+    Mutant('run_episode', "keeps one running context list and passes that same list to every policy call, extending it in place: the ids an earlier call received change afterwards (breaks 'the prompt and episode so far' per call)", '''
+    context = episode.prompt_ids + episode.ids
+    for _ in range(limits.max_turns):
+        room = limits.max_tokens - len(episode.ids)
+        if room <= 0:
+            episode.ended = "tokens"
+            return episode
+        turn = await policy.route("generate_turn", context, min(limits.max_new, room))
+        episode.append_turn(turn.ids, turn.logprobs, turn.version)
+        context += turn.ids
+        kind, request = task.parse(task.decode(turn.ids))
+        if kind != "call":
+            episode.ended = "answer"
+            return episode
+        reply = await tools.route("call", prompt.table, request)
+        reply_ids = task.reply_ids(reply)
+        episode.append_turn(reply_ids)
+        context += reply_ids
+    episode.ended = "turns"
+    return episode
+'''),
+    Mutant('LeastLoadedService.next_replica', "moves the cursor by the best's position among the candidates, which skip unhealthy and excluded replicas (breaks 'the cursor moves just past it' when a replica before it was skipped)", '''
+    count = len(self.replicas)
+    in_order = [self.replicas[(self.cursor + step) % count] for step in range(count)]
+    candidates = [r for r in in_order if r.healthy and r.index not in exclude]
+    if not candidates:
+        return None
+    best = min(candidates, key=lambda replica: replica.in_flight)
+    self.cursor = (self.cursor + candidates.index(best) + 1) % count
+    return best
+'''),
+    Mutant('LeastLoadedService.next_replica', "walks modulo the number of healthy replicas: with one down, a healthy replica of a higher index is never considered (breaks 'among the healthy replicas', wrap-around over all of them)", '''
+    count = self.healthy_count()
+    if count == 0:
+        return None
+    in_order = [self.replicas[(self.cursor + step) % count] for step in range(count)]
+    candidates = [r for r in in_order if r.healthy and r.index not in exclude]
+    if not candidates:
+        return None
+    best = min(candidates, key=lambda replica: replica.in_flight)
+    self.cursor = (best.index + 1) % len(self.replicas)
+    return best
+'''),
+]

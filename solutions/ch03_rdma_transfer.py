@@ -103,9 +103,9 @@ def expose(tensor: torch.Tensor) -> TensorHandle:
     The memory must stay alive (keep a reference to `tensor`) while the handle is in use.
     """
     # >>> TODO(ch03): refuse what RDMA cannot point at, then wrap the tensor itself in an RDMABuffer
-    # Refuse, in this order: not a torch.Tensor (TypeError), not 1-D, not contiguous, empty
-    # (ValueError), each with its message from above. The handle must point at this tensor's own
-    # memory, so that a reader sees the owner's later in-place updates.
+    # Refuse, in this order: not a torch.Tensor (TypeError), not 1-D, not contiguous (as torch judges
+    # it), empty (ValueError), each with its message from above; nothing else. The handle must point
+    # at this tensor's own memory, so that a reader sees the owner's later in-place updates.
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(not_a_tensor(tensor))
     if tensor.dim() != 1:

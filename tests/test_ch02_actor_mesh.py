@@ -37,7 +37,7 @@ def workers(chapter, procs):
 #       -> test_call_reaches_every_actor_in_its_own_process
 #   - spawn_coords is where the actor was spawned, whatever view the message comes through
 #       -> test_a_slice_renumbers_the_message_not_the_actor, test_spawning_on_a_slice_of_the_proc_mesh_uses_only_those_processes
-#   - message_coords and message_size are the message's view: a slice renumbers them
+#   - message_coords and message_size are the message's view: a slice renumbers them (a dimension of size 1 stays)
 #       -> test_a_slice_renumbers_the_message_not_the_actor, test_call_one_needs_exactly_one_actor
 #   - on a mesh of two dimensions both name every dimension
 #       -> test_coordinates_and_size_name_every_dimension_of_a_two_dimensional_mesh
@@ -68,6 +68,10 @@ def test_a_slice_renumbers_the_message_not_the_actor(workers):
         "current_rank() is the message's view: through a 2-actor slice the ranks are 0 and 1"
     )
     assert all(me["message_size"] == {"procs": 2} for me in replies)
+    alone = workers.slice(procs=slice(3, 4)).whoami.call_one().get(timeout=TIMEOUT)
+    assert (alone["message_coords"], alone["message_size"]) == ({"procs": 0}, {"procs": 1}), (
+        f"through a one-actor slice the message sees {alone['message_coords']} of {alone['message_size']}: a "
+        "dimension of size 1 is still a dimension, reported as it is")
 
 
 @pytest.mark.todo("Worker.whoami")
@@ -91,7 +95,7 @@ def test_call_one_needs_exactly_one_actor(workers):
 
 # --- TODO 2: Worker.add ----------------------------------------------------------------------------
 # Contract, clause by clause (the test that holds each):
-#   - adds `amount` to this actor's tally and answers the new tally
+#   - adds `amount` (a negative one too) to this actor's tally and answers the new tally
 #       -> test_state_belongs_to_one_actor
 #   - the tally is the actor's own (broadcast, choose and call each reach the right ones)
 #       -> test_broadcast_returns_nothing_yet_arrives_before_later_messages, test_choose_sends_each_message_to_exactly_one_actor
@@ -104,6 +108,7 @@ def test_state_belongs_to_one_actor(workers):
     assert workers.slice(procs=1).add.call_one(5).get(timeout=TIMEOUT) == 5
     tallies = workers.add.call(0).get(timeout=TIMEOUT)
     assert [tallies.item(procs=r) for r in range(4)] == [0, 5, 0, 0], "only the actor at procs=1 got the 5"
+    assert workers.slice(procs=2).add.call_one(-7).get(timeout=TIMEOUT) == -7, "an amount may be negative: 0 - 7"
 
 
 @pytest.mark.todo("Worker.add")
@@ -197,7 +202,7 @@ def test_shares_cover_the_list_exactly_once_on_a_mesh_of_two_dimensions(workers,
 
 # --- TODO 4: sum_of_squares ------------------------------------------------------------------------
 # Contract, clause by clause (the test that holds each):
-#   - calls every worker of the mesh or slice it is given and adds all their values
+#   - calls every worker of the mesh or slice it is given and adds all their values, an exact int
 #       -> test_sum_of_squares_combines_the_value_mesh
 #   - an empty list sums to 0
 #       -> test_sum_of_squares_combines_the_value_mesh
@@ -210,6 +215,10 @@ def test_sum_of_squares_combines_the_value_mesh(chapter, workers):
     assert chapter.sum_of_squares(workers, NUMBERS, TIMEOUT) == squares(NUMBERS)
     assert chapter.sum_of_squares(workers.slice(procs=slice(0, 3)), NUMBERS, TIMEOUT) == squares(NUMBERS)
     assert chapter.sum_of_squares(workers, [], TIMEOUT) == 0
+    big = [2**31 + 1, 3, 2**30]
+    total = chapter.sum_of_squares(workers, big, TIMEOUT)
+    assert type(total) is int and total == squares(big), (
+        f"sum_of_squares({big}) gave {total!r}: the answer is an int, exact (a float sum rounds beyond 2**53)")
 
 
 @pytest.mark.todo("sum_of_squares")

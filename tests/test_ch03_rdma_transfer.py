@@ -30,6 +30,9 @@ def owner_and_reader(chapter, procs, test_tag):
 #       -> test_the_handle_is_tiny_next_to_the_payload
 #   - refuses, in order: not a tensor (TypeError), not 1-D, not contiguous, empty (ValueError), each with its message
 #       -> test_expose_refuses_what_rdma_cannot_point_at_by_the_right_rule
+#   - refuses nothing else: contiguous is torch's is_contiguous(), so a one-element view with any stride, or a
+#     view that starts inside its storage, is exposed; a Tensor subclass (nn.Parameter) is a tensor
+#       -> test_expose_takes_every_flat_contiguous_tensor
 #   - points at the tensor's own memory, so a reader sees later in-place updates
 #       -> test_a_reread_sees_in_place_updates, test_a_flat_view_of_a_matrix_shares_its_memory_with_the_reader
 
@@ -63,6 +66,21 @@ def test_expose_refuses_what_rdma_cannot_point_at_by_the_right_rule(chapter, bad
     with pytest.raises(error) as caught:
         chapter.expose(bad)
     assert str(caught.value) == getattr(chapter, message)(bad), f"expected the {message}() message"
+
+
+@pytest.mark.todo("expose")
+@pytest.mark.parametrize(
+    "view", [torch.arange(16.0)[5:6:4], torch.arange(16.0)[3:9], torch.nn.Parameter(torch.zeros(4))],
+    ids=["one-element-stride-4", "offset-view", "parameter"])
+def test_expose_takes_every_flat_contiguous_tensor(chapter, view):
+    assert view.is_contiguous()
+    try:
+        handle = chapter.expose(view)
+    except (ValueError, TypeError) as err:
+        pytest.fail(f"expose refused a 1-D {type(view).__name__} that torch calls contiguous (shape {tuple(view.shape)}, stride "
+                    f"{view.stride()}): {err}. Refuse only what is not contiguous by tensor.is_contiguous(); a "
+                    "one-element view's stride says nothing about its layout")
+    assert (handle.numel, handle.dtype) == (view.numel(), view.dtype)
 
 
 # --- TODO 2: pull_into -----------------------------------------------------------------------------
@@ -204,7 +222,8 @@ def test_a_flat_view_of_a_matrix_shares_its_memory_with_the_reader(chapter, proc
 #       -> test_a_message_carries_every_byte
 #   - itself, in its own dtype: no conversion on the way
 #       -> test_a_copy_keeps_the_owners_dtype
-#   - a copy is a snapshot: later updates do not reach it, while a handle sees them
+#   - a copy is a snapshot: later updates do not reach it, while a handle sees them; a copy sent later
+#     carries the tensor as it is then
 #       -> test_a_copy_is_a_snapshot_and_a_handle_is_a_pointer
 
 
@@ -238,3 +257,7 @@ def test_a_copy_is_a_snapshot_and_a_handle_is_a_pointer(chapter, owner_and_reade
     updated = owner.add_.call_one(2.5).get(timeout=TIMEOUT)
     assert chapter.fingerprint(copy) != updated, "the copy was taken before the update and does not change"
     assert reader.pull.call_one(handle).get(timeout=TIMEOUT) == updated, "the handle reads the memory as it is now"
+    again = owner.send_copy.call_one().get(timeout=TIMEOUT)
+    assert chapter.fingerprint(again) == updated, (
+        "a copy sent after the update carries the tensor as it is now: send the tensor itself each time, never a "
+        "copy kept from before")

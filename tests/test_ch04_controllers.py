@@ -1,6 +1,7 @@
 """Chapter 04: controllers. Run: pytest tests/test_ch04_controllers.py"""
 
 import os
+import types
 
 import monarch.actor
 import pytest
@@ -27,7 +28,7 @@ def workers(chapter, procs, sink_name):
 
 # --- TODO 1: MetricsSink.record --------------------------------------------------------------------
 # Contract, clause by clause (the test that holds each):
-#   - keeps each (source, metric, value) record, a repeat too, the value as a float
+#   - keeps each (source, metric, value) record, a repeat and a 0 too, the value as a float
 #       -> test_the_sink_keeps_every_record
 #   - answers how many records the sink now holds, over every metric
 #       -> test_the_sink_keeps_every_record
@@ -38,13 +39,13 @@ def test_the_sink_keeps_every_record(chapter, sink_name):
     sink = this_proc().spawn(sink_name, chapter.MetricsSink, "test")
     counts = [sink.record.call_one(source, metric, value).get(timeout=TIMEOUT)
               for source, metric, value in [("a", "loss", 1.0), ("b", "loss", 2.5), ("a", "loss", 1.0),
-                                            ("a", "accuracy", 0.5)]]
-    assert counts == [1, 2, 3, 4], (
-        f"record() answered {counts}: it answers how many records the sink holds, all metrics together, and a "
-        "repeated record is a record too (a list, not a set)")
+                                            ("a", "accuracy", 0.5), ("c", "accuracy", 0)]]
+    assert counts == [1, 2, 3, 4, 5], (
+        f"record() answered {counts}: it answers how many records the sink holds, all metrics together; a "
+        "repeated record is a record too (a list, not a set), and so is a value of 0")
     summary = sink.summary.call_one().get(timeout=TIMEOUT)
     assert summary == {"loss": {"count": 3, "total": 4.5, "sources": ["a", "b"]},
-                       "accuracy": {"count": 1, "total": 0.5, "sources": ["a"]}}, (
+                       "accuracy": {"count": 2, "total": 0.5, "sources": ["a", "c"]}}, (
         f"summary {summary}: every record is kept with its value as a float (2.5 stays 2.5)")
 
 
@@ -123,6 +124,8 @@ def test_a_worker_can_be_the_first_caller(sink_name, workers):
 #       -> test_the_first_worker_to_report_builds_the_sink_under_its_own_name
 #   - waits for the record's reply before returning
 #       -> test_work_waits_for_the_sinks_reply
+#   - waits at most TIMEOUT: a sink that never answers cannot hang the worker
+#       -> test_work_waits_for_the_reply_at_most_TIMEOUT
 
 
 @pytest.mark.todo("Worker.work")
@@ -138,6 +141,32 @@ def test_work_waits_for_the_sinks_reply(chapter, plumbing, procs, sink_name):
     else:
         pytest.fail(f"work() returned {result} though the sink refused its record: it did not wait for the sink's "
                     "reply. Wait for it, so the report is in before the caller reads the summary")
+
+
+@pytest.mark.todo("Worker.work")
+def test_work_waits_for_the_reply_at_most_TIMEOUT(chapter, monkeypatch):
+    """Stand-ins, no process: work()'s own code runs against a sink whose reply records how long it was
+    waited for."""
+    waited = []
+
+    class Reply:  # stands in for the Future that record.call_one answers
+        def get(self, timeout=None):
+            waited.append(timeout)
+            return 1
+
+    class Sink:
+        class record:
+            @staticmethod
+            def call_one(*args):
+                return Reply()
+
+    monkeypatch.setattr(chapter, "find_sink", lambda *args, **kwargs: Sink())
+    monkeypatch.setattr(chapter, "TIMEOUT", 7.0)
+    worker = types.SimpleNamespace(rank=3, sink_name="a_sink")
+    assert chapter.Worker.__dict__["work"]._method(worker, [1, 2]) == 5
+    assert waited == [7.0], (
+        f"work() waited for the record's reply with timeout={waited} while TIMEOUT was 7.0: wait at most TIMEOUT, "
+        "so a sink that never answers cannot hang the worker")
 
 
 @pytest.mark.todo("Worker.work")

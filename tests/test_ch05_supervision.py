@@ -6,7 +6,7 @@ import pytest
 from monarch.actor import ActorError
 
 from koans.monarch_compat import SupervisionError
-from koans.testing import STARTUP_TIMEOUT, TIMEOUT
+from koans.testing import STARTUP_TIMEOUT, TIMEOUT, run_on_virtual_clock
 
 
 @pytest.fixture
@@ -56,6 +56,8 @@ def ask(endpoint, *args, timeout=TIMEOUT):
 #   8. every Outcome carries `where`                         -> test_a_reply_is_ok (and each test above)
 #   9. any other exception propagates                        -> test_other_errors_are_not_swallowed
 #  10. a cancel is not a timeout: CancelledError propagates  -> test_a_cancelled_caller_is_not_a_timeout
+#  11. `timeout` is seconds as given, fractions too (not rounded to whole seconds), and 0 is no wait at all
+#                                                            -> test_a_fractional_timeout_is_kept_as_given
 
 
 @pytest.mark.todo("classify")
@@ -74,6 +76,23 @@ def test_an_exception_in_an_endpoint_is_not_a_death(chapter, child):
         f"chapter 06's service raises again; got {type(outcome.value).__name__}: {outcome.value!r:.100}")
     assert "bad request" in str(outcome.value) and outcome.where == "child"
     assert asyncio.run(chapter.classify(child.ping.call_one(1), TIMEOUT)).ok, "after raising, the actor still answers"
+
+
+@pytest.mark.todo("classify")
+def test_a_fractional_timeout_is_kept_as_given(chapter):
+    async def prompt_reply():  # stands in for a call that answers at once, after two turns of the event loop
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        return "pong"
+
+    outcome = asyncio.run(chapter.classify(prompt_reply(), timeout=0.9, where="stand-in"))
+    assert (outcome.kind, outcome.value) == ("ok", "pong"), (
+        f"a reply that came at once, within timeout=0.9, was classified {outcome.kind!r}: the timeout is "
+        "seconds as given, fractions too; int(0.9) is 0, which gives up at once")
+    outcome = run_on_virtual_clock(chapter.classify(prompt_reply(), timeout=0, where="stand-in"))
+    assert outcome.kind == "timeout", (
+        f"timeout=0 and a reply that needs two turns of the event loop: classified {outcome.kind!r}, not "
+        "'timeout'. A timeout of 0 waits not at all; it is not 'no timeout given' (never replace it by a default)")
 
 
 @pytest.mark.todo("classify")
@@ -185,6 +204,8 @@ def test_the_supervisor_tells_the_two_failures_apart(supervised):
 #   3. and replaced: the next generation, on a new process   -> test_each_killed_child_is_detected_recorded_and_replaced_once
 #   4. each death is recorded and replaced once, however
 #      many failures report it                               -> test_a_death_reported_twice_is_replaced_once
+#   8. every death of the current child, however many came
+#      before: no restart budget                             -> test_every_death_is_replaced_however_many_came_before
 #   5. any other mesh (Monarch's own, whatever its name):
 #      nothing recorded or replaced                          -> test_monarchs_own_meshes_are_left_alone_whatever_their_names
 #   6. handled either way (True; False fails the supervisor) -> test_monarchs_own_meshes_are_left_alone_whatever_their_names,
@@ -275,6 +296,17 @@ def test_a_death_reported_twice_is_replaced_once(chapter):
         "each death is recorded once, however many failures report it: a second report of child_g1 comes after "
         f"it was replaced (it is no longer self.child_name). Got {supervisor.failures}")
     assert supervisor.generation == 3, f"each death is replaced once: two deaths, generation 3, not {supervisor.generation}"
+
+
+@pytest.mark.todo("Supervisor.__supervise__")
+def test_every_death_is_replaced_however_many_came_before(chapter):
+    supervisor = bare_supervisor(chapter)
+    for generation in range(1, 13):
+        assert supervisor.__supervise__(Failure(f"child_g{generation}-x{generation}")) is True
+    assert (supervisor.generation, len(supervisor.failures)) == (13, 12), (
+        f"12 deaths of the current child: generation {supervisor.generation} and {len(supervisor.failures)} "
+        "records, not 13 and 12. Each death of the current child is recorded and replaced, however many came "
+        "before it")
 
 
 @pytest.mark.todo("Supervisor.__supervise__")

@@ -99,6 +99,8 @@ def hold_reader_halfway(gen, gate):
 #   4. a lease older than lease_timeout_s is dropped and counted (expired_leases) before the busy slots
 #      are worked out, so it blocks nothing; its reader learns it from release
 #                                                                 -> test_a_lease_older_than_the_timeout_is_dropped_at_the_next_claim
+#   5. every claim drops the leases that expired by then, a free slot or not, and the count runs on
+#                                                                 -> test_every_claim_drops_the_leases_expired_by_then
 
 
 @pytest.mark.todo("WeightStore.claim")
@@ -148,6 +150,23 @@ def test_a_lease_older_than_the_timeout_is_dropped_at_the_next_claim(store_here)
         "expired, and each one dropped counts once")
     assert ask(store.release, held.lease) is False, "the reader learns, when it gives the lease back, that it had lost it"
     assert ask(store.release, other.lease) is False
+
+
+@pytest.mark.todo("WeightStore.claim")
+def test_every_claim_drops_the_leases_expired_by_then(store_here):
+    store = store_here(slots=3, lease_timeout_s=0.0)  # every lease is already too old at the next claim
+    ask(store.commit, ask(store.claim), 1, time.time())
+    counted, answers = [], []
+    for _ in range(2):  # slots are free each time: the expired lease blocks nothing, yet it is dropped
+        lease = ask(store.acquire, 0)
+        assert ask(store.claim) is not None
+        counted.append(ask(store.stats)["expired_leases"])
+        answers.append(ask(store.release, lease.lease))
+    assert counted == [1, 2], (
+        f"expired_leases read {counted} after two claims, each of which found one expired lease: every claim "
+        "drops the leases that expired by then, even when a free slot needs none of that, and the count runs on "
+        "(+1 each, never reset)")
+    assert answers == [False, False], "each reader learns, when it gives its lease back, that it had lost it"
 
 
 # --- TODO 2: WeightPublisher.publish ---
@@ -337,9 +356,10 @@ def test_a_last_version_skipped_for_busy_slots_still_goes_out(plumbing, weight_s
 #   2. a good load: weights bit-equal to the version, self.version recorded and answered (any transport, dtype)
 #                                                                 -> test_after_a_sync_the_generator_is_bit_equal_to_the_published_version,
 #                                                                    test_the_generator_may_hold_another_dtype, test_a_hugging_face_qwen2_in_bf16_with_tied_embeddings
-#   3. the load runs under the lease, and the lease goes back whatever happens (an error too)
+#   3. the load runs under the lease, and the lease goes back whatever happens (an error too, a cancellation too)
 #                                                                 -> test_the_trainer_keeps_stepping_while_a_slow_reader_holds_a_lease,
-#                                                                    test_a_mismatched_generator_gets_a_clear_error_and_releases_its_lease
+#                                                                    test_a_mismatched_generator_gets_a_clear_error_and_releases_its_lease,
+#                                                                    test_a_pull_cancelled_in_the_middle_of_a_load_gives_its_lease_back
 #   4. release answered False: count self.lost_leases and load again, never keep the torn load
 #                                                                 -> test_a_reader_whose_lease_expired_never_keeps_a_torn_load
 #   5. at most self.attempts loads per call, then RuntimeError; each lease given back
@@ -541,6 +561,38 @@ def test_pull_waits_for_a_release_at_most_its_timeout(chapter):
                     "hang the generator forever. Every call to the store waits at most self.timeout")
     assert outcome == "gave up", f"release never answered, yet pull_and_load {outcome}: it must raise TimeoutError"
     assert reader.version == 0, "a load whose lease was never confirmed is not kept"
+
+
+@pytest.mark.todo("SnapshotReader.pull_and_load")
+def test_a_pull_cancelled_in_the_middle_of_a_load_gives_its_lease_back(chapter):
+    """The generator is shut down (its task cancelled) while it copies: the lease must still go back, or the
+    slot stays blocked until the lease times out. On a virtual clock."""
+    snapshot = types.SimpleNamespace(version=3, lease=7)
+    store = AwaitedStandIn(acquire=lambda newer_than: snapshot, release=lambda lease: True)
+    reader = chapter.SnapshotReader(store, {"w": torch.zeros(8)}, timeout=5.0)
+    loading = asyncio.Event()
+
+    async def load(snap, halfway=None):  # a long copy, cancelled halfway
+        loading.set()
+        await asyncio.sleep(3600)
+
+    reader.load = load
+
+    async def scenario():
+        pulling = asyncio.create_task(reader.pull_and_load())
+        await loading.wait()
+        pulling.cancel()
+        try:
+            await pulling
+        except asyncio.CancelledError:
+            return "cancelled"
+        return "answered"
+
+    outcome = run_on_virtual_clock(scenario())
+    assert store.release.calls == [(7,)], (
+        f"the pull was cancelled in the middle of its load, and release was called {store.release.calls}: give the "
+        "lease back whatever happens, a cancellation too (a finally; `except Exception` misses a cancellation)")
+    assert outcome == "cancelled" and reader.version == 0, "the cancellation goes on to the caller; nothing is kept"
 
 
 @pytest.mark.todo("SnapshotReader.pull_and_load")

@@ -108,6 +108,7 @@ def test_destination_boxes_cover_the_tensor_exactly_once_per_replica(chapter):
 #   2. boxes that only touch do not overlap: None              -> test_intersect_known_boxes
 #   3. an empty overlap, or an empty box, is None (never a box of length 0) -> test_intersect_known_boxes,
 #                                                                             test_intersect_agrees_with_masks_on_generated_boxes
+#   4. the boxes of a 0-d tensor, (), overlap in ()          -> test_intersect_known_boxes
 
 
 @pytest.mark.todo("intersect")
@@ -117,6 +118,9 @@ def test_intersect_known_boxes(chapter):
     assert chapter.intersect(((0, 4),), ((6, 2),)) is None
     assert chapter.intersect(((1, 8), (1, 8)), ((2, 2), (3, 1))) == ((2, 2), (3, 1)), "a box inside another"
     assert chapter.intersect(((0, 4),), ((2, 0),)) is None, "an empty box overlaps nothing"
+    assert chapter.intersect((), ()) == (), (
+        "a 0-d tensor's boxes are () and hold its one element: they overlap in the box (), not None (a scalar "
+        "would never be moved)")
 
 
 @pytest.mark.todo("intersect")
@@ -243,7 +247,8 @@ def test_replicas_are_picked_by_the_flat_destination_rank_on_2d_meshes(chapter, 
 #   2. every read starts before any is waited for              -> test_pull_starts_every_read_before_waiting_for_any
 #   3. answers the bytes read                                  -> test_pull_puts_each_piece_in_its_place_even_a_strided_one
 #   4. a real DTensor arrives bit for bit as redistribute gives it -> test_a_real_dtensor_moves_between_meshes_bit_for_bit_as_redistribute
-#   5. each piece is read in its handle's dtype (not the default float32) -> test_pull_reads_each_piece_in_its_own_dtype
+#   5. each piece is read in its handle's dtype (not the default float32, nor the shard's), its bytes counted in it
+#                                                              -> test_pull_reads_each_piece_in_its_own_dtype
 
 
 @pytest.mark.todo("ShardHolder.pull")
@@ -298,14 +303,17 @@ def test_pull_starts_every_read_before_waiting_for_any(chapter):
 
 
 @pytest.mark.todo("ShardHolder.pull")
-def test_pull_reads_each_piece_in_its_own_dtype(chapter):
+@pytest.mark.parametrize("local_dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_pull_reads_each_piece_in_its_own_dtype(chapter, local_dtype):
+    """bfloat16 pieces, into a bfloat16 shard, and into a float32 one (a holder that keeps a wider copy)."""
     source = torch.arange(8, dtype=torch.float32).reshape(2, 4).to(torch.bfloat16)
     pieces = [chapter.Piece(0, (slice(r, r + 1), slice(0, 4)), (slice(r, r + 1), slice(0, 4))) for r in range(2)]
     handles = [chapter.TensorHandle(CountingBuffer(source[r].clone()), torch.bfloat16, 4) for r in range(2)]
     holder = chapter.ShardHolder.__new__(chapter.ShardHolder)  # the endpoint's code alone, in this process
-    holder.local = torch.zeros((3, 4), dtype=torch.bfloat16)  # a third row that no piece fills
+    holder.local = torch.zeros((3, 4), dtype=local_dtype)  # a third row that no piece fills
     read = asyncio.run(chapter.ShardHolder.__dict__["pull"]._method(holder, pieces, handles))
-    assert torch.equal(holder.local[:2], source), "each bfloat16 piece lands in its place"
+    assert torch.equal(holder.local[:2], source.to(local_dtype)), (
+        "each bfloat16 piece lands in its place: read in the handle's dtype, then copied into the shard")
     assert read == 8 * 2, (
         f"pull answers the bytes read: 8 bfloat16 elements are 16 bytes, not {read} (the shard holds 24; only "
         "the pieces are read)")

@@ -64,6 +64,7 @@ def here(buffer, name):
 #   2. a group already too stale (lag > max_lag, not >=) is refused: False, its id in
 #      ledger.refused_stale (not dropped_stale), nothing kept; version 0 included
 #                                                                     -> test_put_refuses_a_group_that_is_already_too_stale
+#      the bound is the buffer's own max_lag, whatever it is (0 and 2 too) -> test_put_judges_by_the_buffers_own_max_lag
 #   3. a kept group wakes whoever waits on self.arrived                -> test_put_wakes_whoever_waits_for_groups
 #   4. it wakes every waiter, not just one (each may wait for something else) -> test_put_wakes_every_waiter_not_just_one
 #   5. a put goes through while a sample waits, and wakes it            -> test_a_waiting_sample_does_not_block_puts
@@ -100,6 +101,21 @@ def test_put_refuses_a_group_that_is_already_too_stale(chapter, buffer):
     assert buffer.put.call_one(group(chapter, "v4", 4)).get(timeout=TIMEOUT) is True
     ledger = buffer.close.call_one().get(timeout=TIMEOUT)
     assert (ledger.refused_stale, ledger.unused_at_stop) == (["v3", "v0"], ["v4"])
+
+
+@pytest.mark.todo("ReplayBuffer.put")
+@pytest.mark.parametrize("max_lag", [0, 2])
+def test_put_judges_by_the_buffers_own_max_lag(chapter, max_lag):
+    buffer = chapter.ReplayBuffer(max_lag)  # in this process: its code alone
+
+    async def put_two():  # the learner at 3: lag max_lag is kept, one more is refused
+        await here(buffer, "advance")(3)
+        return [await here(buffer, "put")(group(chapter, f"lag{lag}", 3 - lag)) for lag in (max_lag, max_lag + 1)]
+
+    answers = run_on_virtual_clock(put_two())
+    assert answers == [True, False], (
+        f"ReplayBuffer(max_lag={max_lag}) with the learner at 3: put answered {answers} for groups {max_lag} and "
+        f"{max_lag + 1} versions behind, not [True, False]. The bound is the buffer's own self.max_lag")
 
 
 @pytest.mark.todo("ReplayBuffer.put")
@@ -150,11 +166,13 @@ def test_put_wakes_every_waiter_not_just_one(chapter):
 # Contract, clause by clause (the test that holds each):
 #   1. the `count` oldest groups, in order, each handed out once, ids to ledger.trained
 #                                                                      -> test_sample_hands_out_the_oldest_groups_once
-#   2. groups too stale for the learner's version are dropped into ledger.dropped_stale
-#                                                                      -> test_sample_drops_groups_that_went_stale_while_waiting
+#   2. groups too stale for the learner's version are dropped into ledger.dropped_stale, even by a sample that
+#      then answers None                                               -> test_sample_drops_groups_that_went_stale_while_waiting,
+#                                                                         test_a_sample_that_times_out_still_drops_what_is_stale
 #   3. also those that turn stale while it waits (checked on every wake)
 #                                                                      -> test_groups_that_turn_stale_while_sample_waits_are_dropped
 #   4. self.learner_version takes the larger of the two: it never goes down -> test_the_learner_version_never_goes_down
+#      and it is stored: from then on, put judges by it                -> test_the_version_a_sample_brings_is_the_buffers_from_then_on
 #   5. a waiting sample lets puts through (it gives up the lock while it waits), and a put wakes it
 #                                                                      -> test_a_waiting_sample_does_not_block_puts
 #   6. None when `count` groups do not come within the caller's timeout (the caller's, not a default)
@@ -269,6 +287,38 @@ def test_the_learner_version_never_goes_down(chapter, buffer):
 
 
 @pytest.mark.todo("ReplayBuffer.sample")
+def test_the_version_a_sample_brings_is_the_buffers_from_then_on(chapter):
+    buffer = chapter.ReplayBuffer(1)  # in this process: its code alone
+
+    async def scenario():
+        empty = await here(buffer, "sample")(1, 5, 1.0)  # nothing there: None after 1 s (virtual)
+        return empty, [await here(buffer, "put")(group(chapter, f"v{v}", v)) for v in (3, 4)]
+
+    empty, answers = run_on_virtual_clock(scenario())
+    assert empty is None
+    assert answers == [False, True], (
+        f"after sample(1, learner_version=5), put answered {answers} for groups of versions 3 and 4, not "
+        "[False, True]: the version a sample brings becomes self.learner_version, so put refuses what is too "
+        "stale for the learner from then on")
+
+
+@pytest.mark.todo("ReplayBuffer.sample")
+def test_a_sample_that_times_out_still_drops_what_is_stale(chapter):
+    buffer = chapter.ReplayBuffer(1)
+
+    async def scenario():
+        for name, version in [("old", 0), ("new", 3)]:
+            await here(buffer, "put")(group(chapter, name, version))
+        return await here(buffer, "sample")(2, 3, 1.0)  # one fresh group of the two asked for: None
+
+    assert run_on_virtual_clock(scenario()) is None
+    assert (ids(buffer.groups), buffer.ledger.dropped_stale) == (["new"], ["old"]), (
+        f"sample(2, learner_version=3) timed out with {ids(buffer.groups)} left and dropped_stale "
+        f"{buffer.ledger.dropped_stale}: a group too stale for the learner is dropped (into "
+        "ledger.dropped_stale) whether or not the sample then gets its batch")
+
+
+@pytest.mark.todo("ReplayBuffer.sample")
 def test_a_sample_waits_its_timeout_in_all_however_often_arrivals_wake_it(chapter):
     """sample(3, timeout=10 s) while one group comes every 4 s (on a virtual clock: no real time passes). Each
     arrival wakes it, with too few groups. The timeout runs from the call: None at t=10, before the third."""
@@ -306,6 +356,7 @@ def test_a_sample_waits_its_timeout_in_all_however_often_arrivals_wake_it(chapte
 #      the last train answered (not a count of its own)  -> test_the_training_loop_asks_for_the_current_version_and_retries_when_nothing_came
 #   2. a None sample is not a step: ask again; exactly `steps` steps; on_step sees each result, in order
 #                                                        -> test_the_training_loop_asks_for_the_current_version_and_retries_when_nothing_came
+#      steps=0 is none: nothing sampled, nothing trained, stop set  -> test_zero_steps_sample_and_train_nothing
 #   3. every call (sample, train) is awaited at most TIMEOUT  -> test_the_training_loop_waits_for_each_call_at_most_TIMEOUT
 #   4. stop is set when the steps are done                -> test_the_training_loop_asks_for_the_current_version_and_retries_when_nothing_came
 #   5. stop is set when training fails                    -> test_the_training_loop_sets_stop_even_when_training_fails
@@ -338,6 +389,18 @@ def test_the_training_loop_asks_for_the_current_version_and_retries_when_nothing
     assert seen == results, "on_step sees every step's result, in order"
     with checking("continuous_training", hint=4):
         assert stop.is_set(), "at the end, stop is set so that the rollout loops end"
+
+
+@pytest.mark.todo("continuous_training")
+def test_zero_steps_sample_and_train_nothing(chapter):
+    buffer = StandIn(sample=lambda count, learner_version, timeout=None: ["a"])
+    learner, stop = StandIn(train=lambda batch: {"version": 1}), asyncio.Event()
+    results = asyncio.run(chapter.continuous_training(learner, buffer, 0, 4, stop))
+    assert (results, len(buffer.sample.calls), len(learner.train.calls)) == ([], 0, 0), (
+        f"continuous_training(steps=0) sampled {len(buffer.sample.calls)} and trained {len(learner.train.calls)} "
+        "times: `steps` steps means none for 0. Check the count before each step, not after it (a sampled batch "
+        "that is never trained is lost: the buffer counts it as trained)")
+    assert stop.is_set(), "at the end, stop is set so that the rollout loops end"
 
 
 @pytest.mark.todo("continuous_training")

@@ -44,9 +44,12 @@ def worst(actual, expected) -> float:
 #   3. exactly 0 on padding                                    -> test_weights_are_the_probability_ratio_capped
 #   4. ... even where padding's log-probabilities are -inf (ratio inf or nan), with no cap
 #                                                              -> test_padding_weighs_zero_even_at_minus_infinity
-#   5. no gradient flows through the weights, from either side -> test_weights_carry_no_gradient_and_on_policy_data_weighs_one
+#   5. no gradient flows through the weights, from either side, capped or not
+#                                                              -> test_weights_carry_no_gradient_and_on_policy_data_weighs_one
 #   6. on-policy data weighs 1                                 -> test_weights_carry_no_gradient_and_on_policy_data_weighs_one
 #   7. all of it on random batches, caps None, 0.8, 1.5, 2, 5  -> test_importance_weights_on_random_batches
+#   8. tokens unlikely under both policies (log-probabilities near -200, whose exp is 0 in float32) weigh by
+#      the difference of their log-probabilities, finite          -> test_unlikely_tokens_weigh_by_their_log_probabilities
 
 
 @pytest.mark.todo("truncated_importance_weights")
@@ -71,6 +74,9 @@ def test_weights_carry_no_gradient_and_on_policy_data_weighs_one(chapter):
     weights = chapter.truncated_importance_weights(logps.detach(), behaviour, torch.ones(1, 2), cap=2.0)
     assert not weights.requires_grad, (
         "a gradient flows through the behaviour log-probabilities: detach the whole weight, not one side of it")
+    weights = chapter.truncated_importance_weights(proximal, behaviour, torch.ones(1, 2), cap=None)
+    assert not weights.requires_grad, (
+        "with cap=None a gradient flows through the weights: they are a constant of the loss with or without a cap")
 
 
 @pytest.mark.todo("truncated_importance_weights")
@@ -85,6 +91,25 @@ def test_padding_weighs_zero_even_at_minus_infinity(chapter):
             f"cap={cap}: {weights.tolist()}: padding weighs exactly 0 whatever its log-probabilities: there exp(-0.5 + "
             "inf) is inf and exp(-inf + inf) is nan, and inf * 0 and nan * 0 are nan: choose 0 where the mask is 0 "
             "(torch.where), do not multiply by the mask")
+
+
+# Tokens both policies find very unlikely: exp(-200) is 0 in float32, so a ratio of probabilities is 0 / 0.
+UNLIKELY_PROXIMAL = torch.tensor([[-200.0, -150.3, -1.0]])
+UNLIKELY_BEHAVIOUR = torch.tensor([[-200.5, -150.0, -1.2]])  # differences 0.5, -0.3, 0.2
+
+
+def assert_unlikely_tokens_weigh_by_their_log_probabilities(chapter, function):
+    weights = getattr(chapter, function)(UNLIKELY_PROXIMAL, UNLIKELY_BEHAVIOUR, torch.ones(1, 3))
+    assert not weights.isnan().any() and close(weights, [[E ** 0.5, E ** -0.3, E ** 0.2]], 1e-5), (
+        f"{function}: {weights.tolist()} for tokens with log-probabilities near -200: exp of each underflows to "
+        "0 in float32, so p_proximal / p_behaviour is 0 / 0 = nan. The ratio is exp of the difference of the "
+        "log-probabilities")
+
+
+@pytest.mark.todo("truncated_importance_weights")
+def test_unlikely_tokens_weigh_by_their_log_probabilities(chapter):
+    assert float(torch.exp(UNLIKELY_PROXIMAL[0, 0])) == 0.0  # the premise: it underflows
+    assert_unlikely_tokens_weigh_by_their_log_probabilities(chapter, "truncated_importance_weights")
 
 
 @pytest.mark.todo("truncated_importance_weights")
@@ -129,6 +154,8 @@ def test_padding_does_not_count(chapter):
 #   7. stats are Python floats                              -> test_the_decoupled_stats_are_python_floats
 #   8. values and gradients on random batches, clip None/0.1/0.15/0.3, cap None/1.5/3/5
 #                                                           -> test_decoupled_ppo_loss_on_random_batches
+#  10. r from the difference of log-probabilities: finite for tokens unlikely under both policies
+#                                                           -> test_the_ratio_of_unlikely_tokens_is_finite
 #   9. the caller's `weights`, when given, are w (the truncated ones are not computed over them), stats included
 #                                                           -> test_the_callers_weights_replace_the_truncated_ones,
 #                                                              test_decoupled_ppo_loss_with_weights_on_random_batches
@@ -171,6 +198,21 @@ def test_the_gradient_goes_through_the_ratio_not_the_weights(chapter):
     assert logps.grad[0, 1] == 0.0 and logps.grad[1, 2] == 0.0
     assert close(logps.grad[0, 0], -1.0 * E ** 0.1 / 3 / 2)
     assert close(logps.grad[1, 1], 2.0 * E ** -0.1 / 2 / 2)
+
+
+@pytest.mark.todo("decoupled_ppo_loss")
+def test_the_ratio_of_unlikely_tokens_is_finite(chapter):
+    logps = (UNLIKELY_PROXIMAL + torch.tensor([[-0.1, 0.1, 0.0]])).requires_grad_()
+    loss, _ = chapter.decoupled_ppo_loss(logps, UNLIKELY_PROXIMAL, UNLIKELY_BEHAVIOUR, torch.tensor([1.0]),
+                                         torch.ones(1, 3), clip=0.2, cap=2.0)
+    # r = exp(-0.1), exp(0.1), 1, all inside the band; w = e^0.5, e^-0.3, e^0.2: the loss is -mean(w * r)
+    expected = -(E ** 0.4 + E ** -0.2 + E ** 0.2) / 3
+    assert math.isfinite(float(loss.detach())) and close(loss.detach(), expected, 1e-5), (
+        f"the loss is {float(loss.detach())} for tokens with log-probabilities near -200, not {expected:.5f}: exp of each "
+        "underflows to 0 in float32, so p_current / p_proximal is 0 / 0 = nan. r is exp of the difference of "
+        "the log-probabilities")
+    loss.backward()
+    assert torch.isfinite(logps.grad).all(), f"the gradient is {logps.grad.tolist()}: it must be finite too"
 
 
 @pytest.mark.todo("decoupled_ppo_loss")
@@ -336,6 +378,8 @@ def test_admission_wastes_nothing_where_chapter_09_drops(chapter, plumbing):
 #   4. the caller's low and high are the band                        -> test_the_callers_band_is_the_band
 #   5. exactly 0 on padding, -inf log-probabilities included; an overflowing ratio (inf) is outside, not nan
 #                                                  -> test_masked_weights_are_zero_on_padding_and_finite_at_the_extremes
+#      tokens unlikely under both policies weigh by the difference of log-probabilities
+#                                                                    -> test_masked_weights_of_unlikely_tokens_are_finite
 #   6. no gradient flows through the weights                         -> test_masked_weights_carry_no_gradient
 #   7. all of it on random batches, bands [0.5, 2] [0.8, 1.25] [0.2, 5] [0, 3] [1, 1.5] [0.6, 1]
 #                                                                    -> test_masked_weights_on_random_batches
@@ -384,6 +428,11 @@ def test_masked_weights_are_zero_on_padding_and_finite_at_the_extremes(chapter):
         "can overflow to inf; neither may leak: use torch.where, not a multiplication by the mask")
     assert weights.tolist() == [[1.0, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]], (
         f"weights {weights.tolist()}: an inf ratio is outside the band (0), and padding weighs exactly 0")
+
+
+@pytest.mark.todo("masked_importance_weights")
+def test_masked_weights_of_unlikely_tokens_are_finite(chapter):
+    assert_unlikely_tokens_weigh_by_their_log_probabilities(chapter, "masked_importance_weights")  # all in [0.5, 2]
 
 
 @pytest.mark.todo("masked_importance_weights")

@@ -37,12 +37,14 @@ class ScriptedPolicy:
     def __init__(self, chapter, task, turns, version=4, every_turn=None):
         self.chapter, self.task = chapter, task
         self.turns, self.version, self.every_turn = list(turns), version, every_turn
-        self.shown: list[list[int]] = []
+        self.shown: list[list[int]] = []  # a copy of what each turn was shown, as it was then
+        self.given: list[list[int]] = []  # the list object itself that each turn was given
         self.max_new: list[int] = []
 
     async def route(self, endpoint, ids, max_new):
         assert endpoint == "generate_turn", f"the policy is asked for {endpoint!r}"
         self.shown.append(list(ids))
+        self.given.append(ids)
         self.max_new.append(max_new)
         await asyncio.sleep(0)
         text = self.every_turn or self.turns.pop(0)
@@ -105,6 +107,9 @@ def test_a_policy_turn_is_trained_and_a_tool_reply_is_context(chapter):
     episode.append_turn([30], [-0.4], version=5)
     assert episode.ids == [10, 11, 12, 20, 21, 30] and episode.prompt_ids == [7, 8]
     assert episode.mask == [1.0, 1.0, 1.0, 0.0, 0.0, 1.0], "the environment's tokens are context: mask 0, out of the loss"
+    assert all(type(owner) is float for owner in episode.mask), (
+        f"mask {episode.mask!r}: its entries are floats, 1.0 and 0.0, as the field says (a tensor made from ints "
+        "is an integer tensor)")
     assert episode.logprobs == [-0.1, -0.2, -0.3, 0.0, 0.0, -0.4]
     assert episode.versions == [4, 4, 4, -1, -1, 5], "each policy token keeps the version that sampled it; -1 elsewhere"
 
@@ -244,9 +249,11 @@ def test_the_oldest_policy_token_wherever_it_sits(chapter):
 #                                                         -> test_each_turn_keeps_its_log_probabilities_and_version
 #   4. the tool is asked, with the prompt's table, for what the policy's turn requests
 #                                                         -> test_the_tool_is_asked_for_what_the_policy_requested
-#   5. a turn that is no tool call is the answer: "answer", even on the last turn allowed
+#   5. a turn that is no tool call is the answer: "answer", even on the last turn allowed, and however it is
+#      written (the reward, not the episode, judges its form)
 #                                                         -> test_an_episode_ends_at_its_answer_its_turn_limit_or_its_token_limit, 
-#                                                            test_an_answer_on_the_last_turn_allowed_is_the_answer
+#                                                            test_an_answer_on_the_last_turn_allowed_is_the_answer,
+#                                                            test_any_turn_that_is_no_tool_call_is_the_answer
 #   6. exactly limits.max_turns policy turns (the last one's tool call answered too), then "turns"
 #                                                         -> test_an_episode_ends_at_its_answer_its_turn_limit_or_its_token_limit
 #  13. the last turn allowed ends it as "turns", even when the budget is spent too ("tokens" is said only before
@@ -310,6 +317,9 @@ def test_every_turn_sees_the_whole_episode_so_far_and_the_prompt_stays_as_it_was
             f"turn {number} was generated after {len(shown)} tokens, not the prompt and the episode so far "
             f"({len(wanted)}): every turn sees exactly the prompt and every token since, once")
     assert len(policy.shown) == 4 and episode.ended == "answer"
+    assert [list(given) for given in policy.given] == policy.shown, (
+        "a list a turn was given changed after that turn: every turn's input is a new list (the prompt and the "
+        "episode so far), never one running list grown in place under an earlier turn (a policy may keep it)")
 
 
 @pytest.mark.todo("run_episode")
@@ -369,6 +379,17 @@ def test_an_answer_on_the_last_turn_allowed_is_the_answer(chapter, task, tools_m
         f"{len(policy.shown)} turns, ended {episode.ended!r}: the second of max_turns=2 turns is read like any "
         "other; it is an answer, so the episode ended with its answer, not at the turn limit")
     assert task.reward(prompt, episode.ids, episode.mask) == 1.0
+
+
+@pytest.mark.todo("run_episode")
+@pytest.mark.parametrize("turn", ["7<eos>", "I do not know\n", "=5\n"], ids=["bare-digit", "words", "reply-like"])
+def test_any_turn_that_is_no_tool_call_is_the_answer(chapter, task, tools_module, turn):
+    policy, tools = ScriptedPolicy(chapter, task, [turn, "?c\n", "!1<eos>"]), Tools(tools_module)
+    episode = run(chapter, policy, tools, task, prompt_for(tools_module), tools_module.Limits(max_turns=3))
+    assert (len(policy.shown), episode.ended, tools.calls) == (1, "answer", []), (
+        f"the first turn, {turn!r}, is no tool call (task.parse says 'answer'), yet the episode went on for "
+        f"{len(policy.shown)} turns and ended {episode.ended!r}: a turn that is not a tool call is the answer, "
+        "whatever its form; the reward judges it")
 
 
 @pytest.mark.todo("run_episode")
@@ -464,13 +485,14 @@ class SlowTools(Tools):
 @pytest.mark.todo("run_episode")
 def test_a_slow_tool_call_is_waited_for(chapter, task, tools_module):
     prompt = prompt_for(tools_module)
-    policy, tools = ScriptedPolicy(chapter, task, ["?c\n", f"!{prompt.answer}<eos>"]), SlowTools(tools_module, 5.0)
+    policy, tools = ScriptedPolicy(chapter, task, ["?c\n", f"!{prompt.answer}<eos>"]), SlowTools(tools_module, 3600.0)
     try:
-        episode = run(chapter, policy, tools, task, prompt, limit_s=60.0)
+        episode = run(chapter, policy, tools, task, prompt, limit_s=3660.0)  # the hour, and 60 s more
     except (asyncio.TimeoutError, TimeoutError) as failure:
         raise AssertionError(
-            "a tool call that took 5 s timed out inside run_episode: the tools' Service bounds a call with its "
-            "own call_timeout (the caller's choice); add no timeout of your own around it") from failure
+            "a tool call that took an hour (on the loop's clock) timed out inside run_episode: the tools' Service "
+            "bounds a call with its own call_timeout (the caller's choice); add no timeout of your own around it"
+        ) from failure
     assert episode.ended == "answer" and task.reward(prompt, episode.ids, episode.mask) == 1.0
 
 
@@ -510,6 +532,8 @@ def test_a_tool_worker_that_dies_costs_the_episode_nothing(chapter, task, tools_
 #                                                         -> test_ties_wrap_around_past_the_last_replica
 #   6. the cursor moves just past the replica picked (not one step on from where it was)
 #                                                         -> test_the_cursor_moves_just_past_the_pick
+#   8. with a replica down, the others take turns: every replica is walked, the cursor by replica index
+#                                                         -> test_with_a_replica_down_the_others_take_turns
 #   7. (given code) a request counts while in flight      -> test_requests_in_flight_are_counted_while_they_run
 
 
@@ -581,6 +605,16 @@ def test_the_cursor_moves_just_past_the_pick(pool):
     pool.replicas[1].in_flight = 5
     assert pool.next_replica().index == 3 and pool.cursor == 0, (
         f"picked replica 3, the last: the cursor wraps around to 0 (it is {pool.cursor})")
+
+
+@pytest.mark.todo("LeastLoadedService.next_replica")
+def test_with_a_replica_down_the_others_take_turns(pool):
+    pool.replicas[0].healthy = False
+    picks = [pool.next_replica().index for _ in range(6)]
+    assert picks == [1, 2, 3, 1, 2, 3], (
+        f"replica 0 down, nothing in flight: picks {picks}, not 1, 2, 3, 1, 2, 3. The walk goes over every replica "
+        "from the cursor (a healthy one past the number of healthy replicas too), and the cursor moves just past "
+        "the replica picked, by its index, not by its place among the candidates")
 
 
 RELEASE = threading.Event()
