@@ -414,3 +414,25 @@ MUTANTS += [
     return best
 '''),
 ]
+
+
+# Caught since a seventh independent set (written without reading the tests) found it alive.
+MUTANTS += [
+    Mutant('run_episode', "parses the call itself (`text[1:].strip()`) instead of task.parse: right for '?c\\n', but a filled turn '?ea' asks the tool for 'ea' (task.parse: 'e'); breaks 'the tool is asked for what the policy's turn requests (task.parse)'", '''
+for _ in range(limits.max_turns):
+    room = limits.max_tokens - len(episode.ids)
+    if room <= 0:
+        episode.ended = "tokens"
+        return episode
+    turn = await policy.route("generate_turn", episode.prompt_ids + episode.ids, min(limits.max_new, room))
+    episode.append_turn(turn.ids, turn.logprobs, turn.version)
+    text = task.decode(turn.ids)
+    if not text.startswith("?"):
+        episode.ended = "answer"
+        return episode
+    reply = await tools.route("call", prompt.table, text[1:].strip())
+    episode.append_turn(task.reply_ids(reply))
+episode.ended = "turns"
+return episode
+'''),
+]

@@ -247,7 +247,7 @@ def test_the_oldest_policy_token_wherever_it_sits(chapter):
 #                                                         -> test_the_sequence_is_the_tokens_sampled_and_the_tools_replies_never_re_encoded
 #   3. each policy turn keeps its log-probabilities and the version that sampled it, per token
 #                                                         -> test_each_turn_keeps_its_log_probabilities_and_version
-#   4. the tool is asked, with the prompt's table, for what the policy's turn requests
+#   4. the tool is asked, with the prompt's table, for what the policy's turn requests, as task.parse reads it
 #                                                         -> test_the_tool_is_asked_for_what_the_policy_requested
 #   5. a turn that is no tool call is the answer: "answer", even on the last turn allowed, and however it is
 #      written (the reward, not the episode, judges its form)
@@ -362,10 +362,12 @@ def test_each_turn_keeps_its_log_probabilities_and_version(chapter, task, tools_
 def test_the_tool_is_asked_for_what_the_policy_requested(chapter, task, tools_module):
     prompt = prompt_for(tools_module, "c")
     tools = Tools(tools_module)
-    episode = run(chapter, ScriptedPolicy(chapter, task, ["?a\n", "!0<eos>"]), tools, task, prompt)
-    assert tools.calls == ["a"] and tools.tables == [prompt.table], (
-        f"the tool was asked {tools.calls} about tables {tools.tables}: the policy asked for 'a' (the prompt is about "
-        f"'c'): send the request task.parse reads off the policy's turn, with the prompt's table")
+    # the second call is "?ea": the tool reads one letter, so it asks for "e" (what task.parse answers)
+    episode = run(chapter, ScriptedPolicy(chapter, task, ["?a\n", "?ea", "!0<eos>"]), tools, task, prompt)
+    assert tools.calls == ["a", "e"] and tools.tables == [prompt.table] * 2, (
+        f"the tool was asked {tools.calls} about tables {tools.tables}: the policy asked for 'a', then 'e' (its turn "
+        "'?ea'; the prompt is about 'c'): send the request task.parse reads off the policy's turn, with the "
+        "prompt's table")
     value = tools_module.table_of(prompt.table)["a"]
     assert episode.ids[len(encode(task, "?a\n")):][:3] == task.reply_ids(task.reply_text(str(value)))
 
