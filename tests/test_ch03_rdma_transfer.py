@@ -77,9 +77,10 @@ def test_expose_takes_every_flat_contiguous_tensor(chapter, view):
     try:
         handle = chapter.expose(view)
     except (ValueError, TypeError) as err:
-        pytest.fail(f"expose refused a 1-D {type(view).__name__} that torch calls contiguous (shape {tuple(view.shape)}, stride "
-                    f"{view.stride()}): {err}. Refuse only what is not contiguous by tensor.is_contiguous(); a "
-                    "one-element view's stride says nothing about its layout")
+        pytest.fail(f"expose refused a 1-D {type(view).__name__} that torch calls contiguous (shape "
+                    f"{tuple(view.shape)}, stride {view.stride()}): {err}. Refuse nothing else: any torch.Tensor is "
+                    "a tensor (a subclass such as nn.Parameter too), and contiguous is what tensor.is_contiguous() "
+                    "says (a one-element view's stride says nothing about its layout)")
     assert (handle.numel, handle.dtype) == (view.numel(), view.dtype)
 
 

@@ -204,13 +204,13 @@ def test_the_supervisor_tells_the_two_failures_apart(supervised):
 #   3. and replaced: the next generation, on a new process   -> test_each_killed_child_is_detected_recorded_and_replaced_once
 #   4. each death is recorded and replaced once, however
 #      many failures report it                               -> test_a_death_reported_twice_is_replaced_once
-#   8. every death of the current child, however many came
-#      before: no restart budget                             -> test_every_death_is_replaced_however_many_came_before
 #   5. any other mesh (Monarch's own, whatever its name):
 #      nothing recorded or replaced                          -> test_monarchs_own_meshes_are_left_alone_whatever_their_names
 #   6. handled either way (True; False fails the supervisor) -> test_monarchs_own_meshes_are_left_alone_whatever_their_names,
 #                                                               test_a_death_is_handled_whatever_the_poll_interval
 #   7. it works whatever the supervision poll interval       -> test_a_death_is_handled_whatever_the_poll_interval
+#   8. every death of the current child, however many came
+#      before: no restart budget                             -> test_every_death_is_replaced_however_many_came_before
 
 REPORT = "the process this actor was running on exited with non-zero code 1"
 

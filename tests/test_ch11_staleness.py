@@ -154,11 +154,11 @@ def test_padding_does_not_count(chapter):
 #   7. stats are Python floats                              -> test_the_decoupled_stats_are_python_floats
 #   8. values and gradients on random batches, clip None/0.1/0.15/0.3, cap None/1.5/3/5
 #                                                           -> test_decoupled_ppo_loss_on_random_batches
-#  10. r from the difference of log-probabilities: finite for tokens unlikely under both policies
-#                                                           -> test_the_ratio_of_unlikely_tokens_is_finite
 #   9. the caller's `weights`, when given, are w (the truncated ones are not computed over them), stats included
 #                                                           -> test_the_callers_weights_replace_the_truncated_ones,
 #                                                              test_decoupled_ppo_loss_with_weights_on_random_batches
+#  10. r from the difference of log-probabilities: finite for tokens unlikely under both policies
+#                                                           -> test_the_ratio_of_unlikely_tokens_is_finite
 
 
 def current_logps():
@@ -208,8 +208,8 @@ def test_the_ratio_of_unlikely_tokens_is_finite(chapter):
     # r = exp(-0.1), exp(0.1), 1, all inside the band; w = e^0.5, e^-0.3, e^0.2: the loss is -mean(w * r)
     expected = -(E ** 0.4 + E ** -0.2 + E ** 0.2) / 3
     assert math.isfinite(float(loss.detach())) and close(loss.detach(), expected, 1e-5), (
-        f"the loss is {float(loss.detach())} for tokens with log-probabilities near -200, not {expected:.5f}: exp of each "
-        "underflows to 0 in float32, so p_current / p_proximal is 0 / 0 = nan. r is exp of the difference of "
+        f"the loss is {float(loss.detach())} for tokens with log-probabilities near -200, not {expected:.5f}: "
+        "exp of each underflows to 0 in float32, so p_current / p_proximal is 0 / 0 = nan. r is exp of the difference of "
         "the log-probabilities")
     loss.backward()
     assert torch.isfinite(logps.grad).all(), f"the gradient is {logps.grad.tolist()}: it must be finite too"

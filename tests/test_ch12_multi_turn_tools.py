@@ -534,9 +534,9 @@ def test_a_tool_worker_that_dies_costs_the_episode_nothing(chapter, task, tools_
 #                                                         -> test_ties_wrap_around_past_the_last_replica
 #   6. the cursor moves just past the replica picked (not one step on from where it was)
 #                                                         -> test_the_cursor_moves_just_past_the_pick
+#   7. (given code) a request counts while in flight      -> test_requests_in_flight_are_counted_while_they_run
 #   8. with a replica down, the others take turns: every replica is walked, the cursor by replica index
 #                                                         -> test_with_a_replica_down_the_others_take_turns
-#   7. (given code) a request counts while in flight      -> test_requests_in_flight_are_counted_while_they_run
 
 
 @pytest.fixture
