@@ -198,7 +198,10 @@ def test_a_few_steps_across_hosts_leave_every_generator_bit_equal_and_pulling_by
         f"a generator on another host than the trainer's pulls by RDMA (here its TCP fallback): {report['replicas']}")
 
 
-def test_a_reader_on_the_trainers_host_picks_shared_memory_and_one_on_another_rdma(running, multihost, module_aio):
+def test_a_reader_on_the_trainers_host_picks_a_local_transport_and_one_on_another_rdma(running, plumbing, multihost,
+                                                                                          module_aio):
+    """On the trainer's host a reader maps the trainer's slot (shared memory, or CUDA IPC when the trainer stages
+    on a GPU); on another host it reads by RDMA."""
     job = running.job
     state = job.hosts.state
     near_procs, near = multihost.spawn_on(state.trainers, 0, "trainers_0", multihost.TransportProbe)
@@ -206,14 +209,17 @@ def test_a_reader_on_the_trainers_host_picks_shared_memory_and_one_on_another_rd
 
     async def ask_both():
         try:
+            if (await asyncio.wait_for(job.store.stats.call_one(), TIMEOUT))["latest_version"] == 0:
+                await plumbing.run_async(job, timeout=4 * STARTUP_TIMEOUT)  # this test alone: nothing published yet
             return await asyncio.wait_for(asyncio.gather(near.pick.call_one(job.store), far.pick.call_one(job.store)),
                                           STARTUP_TIMEOUT)
         finally:
             await asyncio.wait_for(asyncio.gather(near_procs.stop(), far_procs.stop()), TIMEOUT)
 
     here, there = module_aio.run(ask_both())
-    assert here["offered_by"]["shm"] == f"{socket.gethostname()}/trainers_0", here
-    assert (here["host"], here["picked"]) == (f"{socket.gethostname()}/trainers_0", "shm"), here
+    local = "cuda_ipc" if "cuda_ipc" in here["offered_by"] else "shm"  # the trainer stages on its own device
+    assert here["offered_by"][local] == f"{socket.gethostname()}/trainers_0", here
+    assert (here["host"], here["picked"]) == (f"{socket.gethostname()}/trainers_0", local), here
     assert (there["host"], there["picked"]) == (f"{socket.gethostname()}/generators_1", "rdma"), there
 
 

@@ -74,7 +74,10 @@ def edition(tmp_path_factory):
 
 def learner(edition: Path, *command: str, timeout: float = 120) -> subprocess.CompletedProcess:
     """Run a command in the edition as a learner would (the edition's own koans and exercises first on the path)."""
-    env = {**os.environ, "PYTHONPATH": str(edition), "KOANS_CHAPTERS": ""}
+    # Keep what else the path holds (where Monarch may be installed), but never the course's own repository.
+    kept = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+            if entry and Path(entry).resolve() != PROJECT_ROOT.resolve()]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(edition), *kept]), "KOANS_CHAPTERS": ""}
     env.pop("KOANS_IMPL", None)
     done = subprocess.run([sys.executable, *command], cwd=edition, env=env, capture_output=True, text=True,
                           timeout=timeout, stdin=subprocess.DEVNULL)
