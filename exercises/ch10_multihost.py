@@ -412,15 +412,18 @@ def describe_hosts(report: dict, service: dict) -> str:
 
 
 class TransportProbe(Actor):
-    """Takes a lease on the newest snapshot, says which transport a reader here would pick, gives it back."""
+    """Takes a lease on the newest snapshot, says which transport a generator here would pick, gives it back."""
 
     @endpoint
     async def pick(self, store) -> dict:
         import torch
 
-        snapshot = await asyncio.wait_for(store.acquire.call_one(0), 60)
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # where a generator here computes
+        snapshot = await asyncio.wait_for(store.acquire.call_one(-1), 60)  # any version, the first (0) included
+        if snapshot is None:
+            raise RuntimeError("the store holds no version yet: let the trainer publish one before probing")
         try:
-            return {"host": host_identity(), "picked": pick_transport(snapshot.offers, "auto", torch.device("cpu")),
+            return {"host": host_identity(), "picked": pick_transport(snapshot.offers, "auto", device),
                     "offered_by": {name: getattr(offer, "host", None) for name, offer in snapshot.offers.items()}}
         finally:
             await asyncio.wait_for(store.release.call_one(snapshot.lease), 60)
