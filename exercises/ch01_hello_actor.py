@@ -58,7 +58,7 @@ class Greeter(Actor):
 
 
 def start_one_process() -> ProcMesh:
-    """A ProcMesh of one new process on this host (stop it with `.stop()`)."""
+    """A ProcMesh of one new process on this host, along one dimension named "procs" (stop it with `.stop()`)."""
     raise NotImplementedError("TODO(ch01): spawn one new process on this host and return its ProcMesh")
 
 

@@ -64,7 +64,7 @@ class Greeter(Actor):
 
 
 def start_one_process() -> ProcMesh:
-    """A ProcMesh of one new process on this host (stop it with `.stop()`)."""
+    """A ProcMesh of one new process on this host, along one dimension named "procs" (stop it with `.stop()`)."""
     # >>> TODO(ch01): spawn one new process on this host and return its ProcMesh
     return this_host().spawn_procs(per_host={"procs": 1})
     # <<< TODO

@@ -157,7 +157,7 @@ def test_work_waits_for_the_reply_at_most_TIMEOUT(chapter, monkeypatch):
     class Sink:
         class record:
             @staticmethod
-            def call_one(*args):
+            def call_one(*args, **kwargs):  # positional or by keyword, as the learner likes
                 return Reply()
 
     monkeypatch.setattr(chapter, "find_sink", lambda *args, **kwargs: Sink())
