@@ -85,6 +85,13 @@ class _StandInReply:
         yield from asyncio.sleep(0).__await__()
         return self.fn(*self.args, **self.kwargs)
 
+    def as_asyncio(self) -> asyncio.Future:
+        """Like a Monarch Future's: an asyncio future of the same reply, on the running loop."""
+        async def reply():
+            return await self
+
+        return asyncio.ensure_future(reply())
+
     def get(self, timeout=None):
         if self.fn is NEVER:
             if timeout is None:

@@ -218,3 +218,17 @@ if replica.healthy:
         self.start_recovery(replica)
 '''),
 ]
+
+
+# Caught since the eighth independent set (one mutant per contract clause, written without reading the tests) found them alive.
+MUTANTS += [
+    Mutant('Service.mark_unhealthy', "'Take `replica` out of rotation' broken: with auto_recover the replica is left healthy (its replacement is on the way); differs with auto_recover=True: requests keep going to the dead replica until it is replaced", '''
+    if self.replicas[replica.index] is replica and replica.healthy and replica.index not in self.recovering:
+        replica.failures += 1
+        self.stats.replica_failures += 1
+        if self.auto_recover:
+            self.start_recovery(replica)
+        else:
+            replica.healthy = False
+'''),
+]

@@ -277,10 +277,12 @@ def test_monarchs_own_meshes_are_left_alone_whatever_their_names(chapter):
     """Monarch runs meshes of its own on every process it starts (0.7: logger-..., 0.8: log_level-...); they
     die with the child's process, and their failures come to the owner of that process too."""
     supervisor = bare_supervisor(chapter)
-    for name in ("logger-atYxTPXoBfV", "log_level-7aqj9AHFNqQ", "a_helper_of_a_later_monarch-q1"):
+    for name in ("logger-atYxTPXoBfV", "log_level-7aqj9AHFNqQ", "a_helper_of_a_later_monarch-q1",
+                 "child_g1_logger-w8", "logs_of_child_g1-q3"):  # a later Monarch may name its meshes after yours
+        child = supervisor.child_name
         handled = supervisor.__supervise__(Failure(name))
         assert (supervisor.generation, supervisor.failures) == (1, []), (
-            f"{name!r} is not the child (that is {supervisor.child_name!r}): nothing to record or replace. "
+            f"{name!r} is not the child (that is {child!r}, spawned as such): nothing to record or replace. "
             f"Got generation {supervisor.generation}, failures {supervisor.failures}")
         assert handled is True, (
             f"{name!r}, a mesh Monarch runs on the child's process, returned {handled!r}: handle it (True), "

@@ -133,6 +133,8 @@ def test_round_robin_resumes_after_a_skip(four):
 #   5. stats.replica_failures grows by one                                  -> test_marking_takes_a_replica_out_once
 #   6. recovery starts only with auto_recover                               -> test_marking_takes_a_replica_out_once,
 #                                                                              test_a_marked_replica_is_recovered_on_a_new_process_and_late_reports_change_nothing
+#   7. with auto_recover too, the replica leaves rotation at once, while its replacement starts
+#                                                                           -> test_a_replica_being_replaced_is_out_of_rotation_meanwhile
 
 
 @pytest.mark.todo("Service.mark_unhealthy")
@@ -165,6 +167,23 @@ def test_a_marked_replica_is_recovered_on_a_new_process_and_late_reports_change_
     assert snapshot["healthy"] == [True, True, True], "the replacement is healthy, and a late report leaves it so"
     assert (snapshot["replica_failures"], snapshot["recoveries"], snapshot["generations"]) == (1, 1, [1, 1, 2])
     assert new_pid != old_pid, "the replacement runs in a new process"
+
+
+@pytest.mark.todo("Service.mark_unhealthy")
+def test_a_replica_being_replaced_is_out_of_rotation_meanwhile(chapter, plumbing):
+    """auto_recover on: a replacement takes seconds to start, and until it is in, no request goes to the dead
+    replica. No Monarch process: stand-ins, and a recovery that is started but never finishes."""
+    service = service_here(chapter, plumbing, [echo_here(), echo_here(), echo_here()], auto_recover=True)
+    started = []
+    service.start_recovery = started.append  # the replacement is on its way (here it never arrives)
+    dead = service.replicas[1]
+    service.mark_unhealthy(dead, "died")
+    assert started == [dead], f"auto_recover=True: one recovery starts for the dead replica, not {started}"
+    healthy = service.snapshot()["healthy"]
+    assert healthy == [True, False, True], (
+        f"healthy {healthy} right after the report: the dead replica leaves rotation at once, with auto_recover "
+        "too (its replacement takes seconds to start, and requests sent to it meanwhile would fail)")
+    assert [service.next_replica().index for _ in range(4)] == [0, 2, 0, 2]
 
 
 @pytest.mark.todo("Service.mark_unhealthy")

@@ -38,7 +38,7 @@ def worst(actual, expected) -> float:
 #   2. the sample (unbiased) std                                    -> test_advantages_by_hand
 #   3. eps is added to the std (the caller's eps)                   -> test_a_group_of_equal_rewards_teaches_nothing,
 #                                                                      test_advantages_on_random_groups
-#   4. a group of equal rewards: 0, finite                          -> test_a_group_of_equal_rewards_teaches_nothing
+#   4. a group of equal rewards: 0 (to rounding), finite            -> test_a_group_of_equal_rewards_teaches_nothing
 #   5. a group of one response: 0, finite                           -> test_a_group_of_one_teaches_nothing
 #   6. all of it on many random groups, sizes 1 to 8, eps 1e-4 to 0.5 -> test_advantages_on_random_groups
 #   7. the caller's rewards are left as they were (a new tensor)  -> test_the_rewards_are_left_as_they_were
