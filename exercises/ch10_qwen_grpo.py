@@ -101,8 +101,8 @@ def score(task: CountingTask, rollout: Rollout) -> Rollout:
 def group_advantages(rewards: torch.Tensor, eps: float = 1e-4) -> torch.Tensor:
     """[B, G] rewards, one row per group -> [B, G] advantages."""
     # A group is a row. Its std is the sample (unbiased) one. A group whose rewards are all equal
-    # teaches nothing: its advantages are 0, and finite; so does a group of one response. The
-    # rewards passed in stay as they were.
+    # teaches nothing: its advantages are 0 (to float rounding), and finite; so does a group of one
+    # response. The rewards passed in stay as they were.
     raise NotImplementedError("TODO(ch10): each reward's advantage: (reward - its group's mean) / (its group's std + eps)")
 
 
