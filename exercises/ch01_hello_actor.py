@@ -50,8 +50,8 @@ class Greeter(Actor):
     def whereabouts(self) -> dict:
         """Where this actor runs: {"pid", "host", "device"}.
 
-        "device" is the torch device this actor would compute on: "cuda" when
-        its own process can see a GPU, else "cpu".
+        "device" names the torch device this actor would compute on, as a str:
+        "cuda" when its own process can see a GPU, else "cpu".
         """
         # The answers must come from the actor's own process: the caller's could differ.
         raise NotImplementedError("TODO(ch01): report this actor's pid, host name and torch device")

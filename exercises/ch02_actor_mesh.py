@@ -44,7 +44,7 @@ class Worker(Actor):
         spawn_coords: this actor's place in its mesh, e.g. {"procs": 2}.
         message_coords / message_size: how the current message addresses it.
         """
-        # All three coordinate entries are plain dicts, e.g. {"procs": 2}; message_size is {"procs": 4}
+        # The three coordinate entries are plain dicts, e.g. {"procs": 2}; message_size is {"procs": 4}
         # for a call to the whole mesh and {"procs": 2} for a call through a 2-actor slice.
         raise NotImplementedError("TODO(ch02): return spawn and message coordinates, the message's mesh size and the pid")
 

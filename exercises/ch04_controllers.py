@@ -90,9 +90,9 @@ class Worker(Actor):
     @endpoint
     def work(self, items: list[int]) -> int:
         """Sum the squares of `items`, report "items_done" = len(items) to the sink; return the sum."""
-        # Source name, and the name this worker gives find_sink: f"worker{self.rank}". Wait for the
+        # Its source name, and the created_by it gives find_sink: f"worker{self.rank}". Wait for the
         # record's reply (timeout=TIMEOUT) before returning, so the report is in before the caller reads
-        # the summary.
+        # the summary; a record the sink refuses fails work() (the caller must learn it).
         raise NotImplementedError("TODO(ch04): compute the result, find the sink by name, record this worker's items_done")
 
     @endpoint

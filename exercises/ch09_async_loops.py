@@ -137,8 +137,9 @@ async def continuous_training(learner, buffer: ReplayBuffer, steps: int, batch_g
     """
     # Ask the buffer for groups against the learner's current version (0 before the first step; then
     # the version train answered). None means nothing came in time: ask again. Every call (sample,
-    # train) is awaited, at most TIMEOUT each. However this ends, even by an error or a cancellation,
-    # `stop` must be set: the rollout loops wait for it.
+    # train) is awaited, at most TIMEOUT each: a call with no answer by then ends the run (TimeoutError).
+    # However this ends, even by an error or a cancellation, `stop` must be set: the rollout loops
+    # wait for it.
     raise NotImplementedError("TODO(ch09): `steps` training steps, each on `batch_groups` groups within the lag bound; then stop all")
 
 

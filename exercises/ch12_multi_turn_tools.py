@@ -74,7 +74,8 @@ class Episode:
         """The policy version of this episode, for the staleness bound: that of its oldest policy token."""
         # Weights may change between two turns, so the tokens of one episode may come from several
         # versions, in any order (each turn may come from another generator). The episode is only as
-        # fresh as its oldest one; version 0 is a version like any other.
+        # fresh as its oldest one; version 0 is a version like any other. It is asked only of episodes
+        # that hold a policy token (every episode starts with one).
         raise NotImplementedError("TODO(ch12): the version of the oldest policy token (the environment's tokens have none)")
 
 
@@ -91,11 +92,11 @@ async def run_episode(policy, tools, task: VaultTask, prompt: VaultPrompt, limit
     # The sequence is only ever token ids: the policy's turns as sampled (their stop token too), the
     # tools' replies as reply_ids gives them. Never re-encode text. A turn that is not a tool call is
     # the answer: the episode ends ("answer"). It also ends after limits.max_turns policy turns
-    # ("turns"), and before a turn when it holds limits.max_tokens tokens or more ("tokens"); a turn
-    # never has more than limits.max_new tokens, nor more than the room left. Set episode.ended to the
-    # reason. The tool is asked for what the policy's turn requests (task.parse). A failed tool call
-    # fails the episode (it raises; never an empty reply in its place), and the tools' Service alone
-    # bounds a call's time (its call_timeout): add no timeout of your own.
+    # ("turns"), and before a turn when it holds limits.max_tokens tokens or more after its prompt
+    # ("tokens"); a turn never has more than limits.max_new tokens, nor more than the room left. Set
+    # episode.ended to the reason. The tool is asked for what the policy's turn requests (task.parse).
+    # A failed tool call fails the episode (it raises; never an empty reply in its place), and the
+    # tools' Service alone bounds a call's time (its call_timeout): add no timeout of your own.
     raise NotImplementedError("TODO(ch12): turn by turn until an answer; each tool call through `tools`, its reply appended")
 
 

@@ -32,7 +32,8 @@ HINTS: dict[str, dict[str, tuple[str, ...]]] = {
         "spawn_greeter": (
             "this_proc() and a mesh of new processes are both ProcMeshes, with the same spawn method.",
             "procs.spawn(actor_name, ActorClass, *init_args): the actor's name comes first (here the greeter's own"
-            " name, so that logs tell greeters apart), then its class, then its __init__ arguments.",
+            " name, so that logs tell greeters apart), then its class, then its __init__ arguments. Pass those by"
+            " position: a keyword name= would be taken as spawn's own first parameter.",
         ),
     },
     "ch02": {

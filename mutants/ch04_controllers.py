@@ -106,3 +106,17 @@ if value:
 return len(self.records)
 '''),
 ]
+
+
+# The ninth independent set (blind learners) wrote these; the contract now states the clause each breaks.
+MUTANTS += [
+    Mutant("Worker.work", "waits for the reply but swallows a refused record (breaks: a record the sink refuses fails work())", '''
+result = sum(x * x for x in items)
+try:
+    sink = find_sink(f"worker{self.rank}", self.sink_name)
+    sink.record.call_one(f"worker{self.rank}", "items_done", len(items)).get(timeout=TIMEOUT)
+except Exception as err:  # metrics must never break the actual work
+    print(f"worker{self.rank}: could not report items_done: {err}")
+return result
+'''),
+]

@@ -288,3 +288,27 @@ MUTANTS += [
     return results
 '''),
 ]
+
+
+# The ninth independent set (blind learners) wrote these; the contract now states the clause each breaks.
+MUTANTS += [
+    Mutant("continuous_training", "asks sample again after a timeout, as after None (breaks: a call with no answer by TIMEOUT ends the run)", '''
+results, version = [], 0
+try:
+    while len(results) < steps:
+        try:
+            batch = await asyncio.wait_for(buffer.sample.call_one(batch_groups, version), TIMEOUT)
+        except TimeoutError:
+            continue
+        if batch is None:
+            continue
+        result = await asyncio.wait_for(learner.train.call_one(batch), TIMEOUT)
+        version = result["version"]
+        results.append(result)
+        if on_step is not None:
+            on_step(result)
+finally:
+    stop.set()
+return results
+'''),
+]

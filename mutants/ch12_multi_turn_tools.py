@@ -436,3 +436,25 @@ episode.ended = "turns"
 return episode
 '''),
 ]
+
+
+# The ninth independent set (blind learners) wrote these; the contract now states the clause each breaks.
+MUTANTS += [
+    Mutant("run_episode", "counts the prompt's tokens toward max_tokens, a context-length habit (breaks: max_tokens counts the tokens after the prompt)", '''
+for _ in range(limits.max_turns):
+    room = limits.max_tokens - len(episode.prompt_ids) - len(episode.ids)
+    if room <= 0:
+        episode.ended = "tokens"
+        return episode
+    turn = await policy.route("generate_turn", episode.prompt_ids + episode.ids, min(limits.max_new, room))
+    episode.append_turn(turn.ids, turn.logprobs, turn.version)
+    kind, request = task.parse(task.decode(turn.ids))
+    if kind != "call":
+        episode.ended = "answer"
+        return episode
+    reply = await tools.route("call", prompt.table, request)
+    episode.append_turn(task.reply_ids(reply))
+episode.ended = "turns"
+return episode
+'''),
+]

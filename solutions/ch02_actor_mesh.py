@@ -45,7 +45,7 @@ class Worker(Actor):
         message_coords / message_size: how the current message addresses it.
         """
         # >>> TODO(ch02): return spawn and message coordinates, the message's mesh size and the pid
-        # All three coordinate entries are plain dicts, e.g. {"procs": 2}; message_size is {"procs": 4}
+        # The three coordinate entries are plain dicts, e.g. {"procs": 2}; message_size is {"procs": 4}
         # for a call to the whole mesh and {"procs": 2} for a call through a 2-actor slice.
         return {
             "spawn_coords": self.spawn_coords,

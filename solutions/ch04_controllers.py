@@ -96,9 +96,9 @@ class Worker(Actor):
     def work(self, items: list[int]) -> int:
         """Sum the squares of `items`, report "items_done" = len(items) to the sink; return the sum."""
         # >>> TODO(ch04): compute the result, find the sink by name, record this worker's items_done
-        # Source name, and the name this worker gives find_sink: f"worker{self.rank}". Wait for the
+        # Its source name, and the created_by it gives find_sink: f"worker{self.rank}". Wait for the
         # record's reply (timeout=TIMEOUT) before returning, so the report is in before the caller reads
-        # the summary.
+        # the summary; a record the sink refuses fails work() (the caller must learn it).
         result = sum(x * x for x in items)
         sink = find_sink(f"worker{self.rank}", self.sink_name)
         sink.record.call_one(f"worker{self.rank}", "items_done", len(items)).get(timeout=TIMEOUT)

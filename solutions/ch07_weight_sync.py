@@ -173,8 +173,8 @@ class WeightPublisher:
         await self._before_next()  # the store knows our slots; the previous version is committed
         # >>> TODO(ch07): claim a slot from the store; stage into it in the background, or skip this version
         # Ask the store: await the answer, at most self.timeout (a blocking wait would freeze the trainer's
-        # event loop meanwhile). No slot: count it in self.skipped and answer None at
-        # once; waiting for a reader here is exactly what this design avoids. A slot:
+        # event loop); no answer in time is an error (TimeoutError). No slot: count it in self.skipped and
+        # answer None at once; waiting for a reader here is exactly what this design avoids. A slot:
         # self.staging.start(state_dict, slot, version) is a plain call (not awaited): it returns at once
         # and commits the version when the copy is done; record it as self.version and answer it.
         slot = await asyncio.wait_for(self.store.claim.call_one(), self.timeout)

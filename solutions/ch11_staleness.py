@@ -99,7 +99,7 @@ def decoupled_ppo_loss(logps: torch.Tensor, proximal_logps: torch.Tensor, behavi
     # loss = -masked_mean(objective, mask). Stats, each like the loss a masked_mean (per response, then
     # over responses): "clip_fraction" of r outside [1 - clip, 1 + clip] (0.0 without a clip),
     # "mean_weight" of w; and "ess", the effective_sample_size of w. The caller's clip and cap (None
-    # included) are the ones used; a response of padding only counts 0, never NaN. Stats: Python floats.
+    # included) are the ones used; a response of padding only (its mask all 0) counts 0, never NaN. Stats: Python floats.
     if weights is None:
         weights = truncated_importance_weights(proximal_logps, behaviour_logps, mask, cap)
     ratio = torch.exp(logps - proximal_logps)

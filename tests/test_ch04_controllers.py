@@ -122,7 +122,7 @@ def test_a_worker_can_be_the_first_caller(sink_name, workers):
 #       -> test_a_worker_reports_under_its_own_rank_even_through_a_slice
 #   - it asks find_sink under that same name, so the first worker to report builds the sink as itself
 #       -> test_the_first_worker_to_report_builds_the_sink_under_its_own_name
-#   - waits for the record's reply before returning
+#   - waits for the record's reply before returning, and a record the sink refuses fails work()
 #       -> test_work_waits_for_the_sinks_reply
 #   - waits at most TIMEOUT: a sink that never answers cannot hang the worker
 #       -> test_work_waits_for_the_reply_at_most_TIMEOUT
@@ -139,8 +139,9 @@ def test_work_waits_for_the_sinks_reply(chapter, plumbing, procs, sink_name):
     except ActorError as err:
         assert "refuses every record" in str(err), err
     else:
-        pytest.fail(f"work() returned {result} though the sink refused its record: it did not wait for the sink's "
-                    "reply. Wait for it, so the report is in before the caller reads the summary")
+        pytest.fail(f"work() returned {result} though the sink refused its record: either it did not wait for "
+                    "the sink's reply, or it caught the refusal. Wait for the reply, and let a refused record fail "
+                    "work(): the caller must learn that the report is not in")
 
 
 @pytest.mark.todo("Worker.work")

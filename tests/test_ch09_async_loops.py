@@ -357,7 +357,8 @@ def test_a_sample_waits_its_timeout_in_all_however_often_arrivals_wake_it(chapte
 #   2. a None sample is not a step: ask again; exactly `steps` steps; on_step sees each result, in order
 #                                                        -> test_the_training_loop_asks_for_the_current_version_and_retries_when_nothing_came
 #      steps=0 is none: nothing sampled, nothing trained, stop set  -> test_zero_steps_sample_and_train_nothing
-#   3. every call (sample, train) is awaited at most TIMEOUT  -> test_the_training_loop_waits_for_each_call_at_most_TIMEOUT
+#   3. every call (sample, train) is awaited at most TIMEOUT; one with no answer by then ends the run (TimeoutError)
+#                                                        -> test_the_training_loop_waits_for_each_call_at_most_TIMEOUT
 #   4. stop is set when the steps are done                -> test_the_training_loop_asks_for_the_current_version_and_retries_when_nothing_came
 #   5. stop is set when training fails                    -> test_the_training_loop_sets_stop_even_when_training_fails
 #   6. stop is set when the loop is cancelled (a cancellation is no Exception) -> test_a_cancelled_training_loop_still_sets_stop
@@ -436,6 +437,10 @@ def test_the_training_loop_waits_for_each_call_at_most_TIMEOUT(chapter, silent):
     try:
         gave_up_at = run_on_virtual_clock(scenario())
     except StuckForever:
+        asked = len(getattr(buffer if silent == "sample" else learner, silent).calls)
+        if asked > 1:
+            pytest.fail(f"{silent}() never answered, and continuous_training asked it {asked} times: a call with no "
+                        "answer by TIMEOUT ends the run (let the TimeoutError out); only None from sample means ask again")
         pytest.fail(f"{silent}() never answered, and continuous_training waited for it forever: await every call "
                     "at most TIMEOUT (a hung actor must end the run, not freeze it)")
     assert gave_up_at == pytest.approx(chapter.TIMEOUT), (

@@ -191,6 +191,7 @@ def test_log_probabilities_that_do_not_match_the_tokens_are_refused(chapter):
 #   4. the policy tokens are those of mask 1, whatever their position or log-probability, and versions may come
 #      in any order (each turn from another generator); each read sees the episode as it is then
 #                                                         -> test_the_oldest_policy_token_wherever_it_sits
+#   (It is asked only of episodes that hold a policy token: no clause, so no test, for one that holds none.)
 
 
 @pytest.mark.todo("Episode.version")
@@ -262,7 +263,7 @@ def test_the_oldest_policy_token_wherever_it_sits(chapter):
 #                                                         -> test_the_budget_counts_the_tokens_written_not_the_tokens_allowed
 #  15. a turn that fills the budget is read like any other: an answer is the answer, a tool call is answered
 #                                                         -> test_a_turn_that_fills_the_budget_is_still_read
-#   7. "tokens" before a turn once it holds max_tokens tokens, exactly max_tokens included
+#   7. "tokens" before a turn once it holds max_tokens tokens after its prompt (the prompt does not count), exactly max_tokens included
 #                                                         -> test_an_episode_ends_at_its_answer_its_turn_limit_or_its_token_limit, 
 #                                                            test_exactly_max_tokens_ends_it_before_another_turn
 #   8. a turn asks for at most min(max_new, room left)     -> test_an_episode_ends_at_its_answer_its_turn_limit_or_its_token_limit
@@ -339,6 +340,9 @@ def test_an_episode_ends_at_its_answer_its_turn_limit_or_its_token_limit(chapter
     assert len(forever.ids) == 3 * (3 + 3) and forever.mask[-1] == 0.0, (
         "the last turn's tool call is answered too: its reply ends the episode")
     assert long.ended == "tokens", f"it holds {len(long.ids)} tokens: the token limit ends it, before a turn"
+    assert len(long.ids) >= 13, (
+        f"it ended 'tokens' holding {len(long.ids)} tokens after a prompt of {len(long.prompt_ids)}, under "
+        "max_tokens=13: the limit counts the tokens after the prompt (episode.ids), not the prompt's")
     assert policy.max_new == [6, 4], (
         f"asked for {policy.max_new} new tokens: never more than max_new, nor than the room left under max_tokens")
 
