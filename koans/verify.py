@@ -157,7 +157,7 @@ def check_each_todo(chapter: Chapter) -> bool:
     return ok
 
 
-def check_mutants(chapter: Chapter, sample: bool) -> tuple[bool, dict]:
+def check_mutants(chapter: Chapter, sample: bool, messages: bool = False) -> tuple[bool, dict]:
     """Apply each mutant of the chapter alone; each must fail a test marked with its TODO."""
     from koans.mutants import mutants_of, write_mutated_copy
 
@@ -184,6 +184,8 @@ def check_mutants(chapter: Chapter, sample: bool) -> tuple[bool, dict]:
         runs = pool.map(run_one, mutants)
         for mutant, (run, seconds) in zip(mutants, runs):
             ok, caught = _report_mutant(chapter, mutant, run, seconds, ok, caught)
+            if messages and run.first_failure is not None:
+                _show_learner_view(chapter, run)
     return ok, {"chapter": chapter.tag, "mutants": len(mutants), "caught": caught,
                 "seconds": time.monotonic() - started}
 
@@ -200,6 +202,20 @@ def _report_mutant(chapter: Chapter, mutant, run, seconds: float, ok: bool, caug
     if not hit:  # CI keeps only this log: show why
         print(_indented_tail(run.output), flush=True)
     return ok, caught + hit
+
+
+def _show_learner_view(chapter: Chapter, run) -> None:
+    """What `koans check` would show a learner who wrote this mutant: the failure and the hint it points to."""
+    import contextlib
+    import io
+
+    from koans.cli import _show_failure, _show_hint
+
+    shown = io.StringIO()
+    with contextlib.redirect_stdout(shown):
+        _show_failure(chapter, run, verbose=False)
+        _show_hint(chapter, run.first_failure)
+    print("\n".join("      | " + line for line in shown.getvalue().rstrip().splitlines()), flush=True)
 
 
 def mutant_table(rows: list[dict]) -> str:
@@ -219,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mutants", nargs="?", const="all", choices=["all", "sample", "only"],
                         help="also apply every plausible wrong answer in mutants/ (sample: the first per TODO; "
                              "only: mutants alone, no other check)")
+    parser.add_argument("--messages", action="store_true",
+                        help="under each mutant caught, what `koans check` shows its learner (to audit the messages)")
     args = parser.parse_args(argv)
     chapters = [find_chapter(c) for c in args.chapters] if args.chapters else list(CHAPTERS)
 
@@ -236,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
             if not args.no_each_todo:
                 ok &= check_each_todo(chapter)
         if args.mutants:
-            held, row = check_mutants(chapter, sample=args.mutants == "sample")
+            held, row = check_mutants(chapter, sample=args.mutants == "sample", messages=args.messages)
             ok &= held
             rows.append(row)
     if rows:
