@@ -44,7 +44,8 @@ def greeter_here(chapter, name):
 def test_greet_returns_the_greeting(chapter):
     ada = greeter_here(chapter, "Ada")
     reply = ada.greet.call_one("Grace").get(timeout=TIMEOUT)
-    assert reply == "Hello, Grace! I am Ada (greeting #1)."
+    assert reply == "Hello, Grace! I am Ada (greeting #1).", (
+        f"got {reply!r}: a new greeter's first greeting is #1 (the count includes this greeting)")
 
 
 @pytest.mark.todo("Greeter.greet")
@@ -52,7 +53,8 @@ def test_state_is_kept_across_calls(chapter):
     ada = greeter_here(chapter, "Ada")
     replies = [ada.greet.call_one(who).get(timeout=TIMEOUT) for who in ("A", "B", "C")]
     assert replies == [f"Hello, {who}! I am Ada (greeting #{n})." for n, who in enumerate("ABC", start=1)], (
-        "each greeting should count one more than the last"
+        f"a new greeter greeted {replies}; it should greet #1, #2, #3: each greeting counts one more than the last, "
+        "and the count belongs to this actor (self), not to anything shared with greeters made before it"
     )
 
 
@@ -91,7 +93,9 @@ def test_futures_can_be_awaited_in_async_code(chapter, remote_procs):
 def test_this_proc_runs_the_actor_in_our_own_process(chapter):
     where = greeter_here(chapter, "Ada").whereabouts.call_one().get(timeout=TIMEOUT)
     assert set(where) == {"pid", "host", "device"}
-    assert where["pid"] == os.getpid(), "this_proc() is the calling process itself"
+    assert where["pid"] == os.getpid(), (
+        f"the greeter runs in this process ({os.getpid()}: this_proc() is the calling process itself), yet "
+        f"whereabouts reported pid {where['pid']}: report the pid of the process the endpoint runs in")
 
 
 @pytest.mark.todo("Greeter.whereabouts")
@@ -99,7 +103,9 @@ def test_a_proc_mesh_runs_the_actor_in_another_process(chapter, remote_procs):
     remote = remote_procs.spawn("greeter", chapter.Greeter, "Barbara")
     where = remote.whereabouts.call_one().get(timeout=STARTUP_TIMEOUT)
     assert where["pid"] != os.getpid(), "an actor spawned on a new ProcMesh runs in that new process"
-    assert where["host"] == os.uname().nodename
+    assert where["host"] == os.uname().nodename, (
+        f"host {where['host']!r} is not this machine's host name {os.uname().nodename!r}: ask the actor's own "
+        "process for its host name")
 
 
 @pytest.mark.todo("Greeter.whereabouts")
@@ -138,6 +144,9 @@ def test_the_device_is_asked_of_torch_not_assumed(chapter, monkeypatch):
 def test_start_one_process_makes_a_mesh_of_one_new_process(chapter):
     procs = chapter.start_one_process()
     sizes = dict(procs.sizes)
+    assert sizes, (
+        f"start_one_process returned a {type(procs).__name__} with no dimensions: that is the calling process "
+        "(this_proc()) or the host itself (this_host()), not a mesh of one new process")
     ours = False
     try:
         assert math.prod(sizes.values()) == 1, (
@@ -181,8 +190,10 @@ def test_each_call_starts_a_process_of_its_own(chapter):
 def test_spawn_greeter_works_on_any_proc_mesh(chapter, remote_procs):
     here = chapter.spawn_greeter(this_proc(), "Ada")
     there = chapter.spawn_greeter(remote_procs, "Barbara")
-    assert here.greet.call_one("you").get(timeout=TIMEOUT) == "Hello, you! I am Ada (greeting #1)."
-    assert there.greet.call_one("you").get(timeout=STARTUP_TIMEOUT) == "Hello, you! I am Barbara (greeting #1)."
+    replies = [here.greet.call_one("you").get(timeout=TIMEOUT), there.greet.call_one("you").get(timeout=STARTUP_TIMEOUT)]
+    assert replies == ["Hello, you! I am Ada (greeting #1).", "Hello, you! I am Barbara (greeting #1)."], (
+        f"the greeters spawned as 'Ada' and 'Barbara' answered {replies}: `name` must reach Greeter.__init__ (the "
+        "arguments after the class)")
     pids = [g.whereabouts.call_one().get(timeout=TIMEOUT)["pid"] for g in (here, there)]
     assert pids == [os.getpid(), pids[1]] and pids[1] != os.getpid(), (
         f"spawn_greeter(this_proc(), ...) should put its greeter in this process ({os.getpid()}) and "

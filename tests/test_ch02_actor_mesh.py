@@ -56,14 +56,17 @@ def test_each_actor_knows_its_own_coordinates(workers):
     for point, me in workers.whoami.call().get(timeout=TIMEOUT).items():
         assert me["spawn_coords"] == dict(point), f"the actor at {dict(point)} reported {me['spawn_coords']}"
         assert me["message_coords"] == dict(point), "a message to the whole mesh sees the actor where it was spawned"
-        assert me["message_size"] == {"procs": 4}
+        assert me["message_size"] == {"procs": 4}, (
+            f"message_size {me['message_size']!r}: a plain dict naming every dimension of the message's mesh")
 
 
 @pytest.mark.todo("Worker.whoami")
 def test_a_slice_renumbers_the_message_not_the_actor(workers):
     view = workers.slice(procs=slice(2, 4))
     replies = sorted(view.whoami.call().get(timeout=TIMEOUT).values(), key=lambda me: me["spawn_coords"]["procs"])
-    assert [me["spawn_coords"] for me in replies] == [{"procs": 2}, {"procs": 3}]
+    assert [me["spawn_coords"] for me in replies] == [{"procs": 2}, {"procs": 3}], (
+        f"through the slice procs=2..3, spawn_coords were {[me['spawn_coords'] for me in replies]}: they stay "
+        "{'procs': 2} and {'procs': 3}, where the actors were spawned (kept from __init__), whatever the message's view")
     assert [me["message_coords"] for me in replies] == [{"procs": 0}, {"procs": 1}], (
         "current_rank() is the message's view: through a 2-actor slice the ranks are 0 and 1"
     )
@@ -107,7 +110,11 @@ def test_call_one_needs_exactly_one_actor(workers):
 def test_state_belongs_to_one_actor(workers):
     assert workers.slice(procs=1).add.call_one(5).get(timeout=TIMEOUT) == 5
     tallies = workers.add.call(0).get(timeout=TIMEOUT)
-    assert [tallies.item(procs=r) for r in range(4)] == [0, 5, 0, 0], "only the actor at procs=1 got the 5"
+    got = [tallies.item(procs=r) for r in range(4)]
+    assert got == [0, 5, 0, 0], (
+        f"after add(5) at procs=1, add(0) on every actor answered {got}, not [0, 5, 0, 0]: only the actor at procs=1 "
+        "got the 5, and it keeps it. add adds the amount to the tally the actor keeps (never replaces it), and "
+        "answers that tally, not the amount")
     assert workers.slice(procs=2).add.call_one(-7).get(timeout=TIMEOUT) == -7, "an amount may be negative: 0 - 7"
 
 
@@ -212,8 +219,12 @@ def test_shares_cover_the_list_exactly_once_on_a_mesh_of_two_dimensions(workers,
 
 @pytest.mark.todo("sum_of_squares", "Worker.sum_my_share")
 def test_sum_of_squares_combines_the_value_mesh(chapter, workers):
-    assert chapter.sum_of_squares(workers, NUMBERS, TIMEOUT) == squares(NUMBERS)
-    assert chapter.sum_of_squares(workers.slice(procs=slice(0, 3)), NUMBERS, TIMEOUT) == squares(NUMBERS)
+    for mesh, size in (workers, 4), (workers.slice(procs=slice(0, 3)), 3):
+        total = chapter.sum_of_squares(mesh, NUMBERS, TIMEOUT)
+        one_share = " (that is one worker's share: call every worker, and add every value)" \
+            if total in [squares(NUMBERS[rank::size]) for rank in range(size)] else ""
+        assert total == squares(NUMBERS), (
+            f"sum_of_squares over {size} workers of 1..100 gave {total!r}, not {squares(NUMBERS)}{one_share}")
     assert chapter.sum_of_squares(workers, [], TIMEOUT) == 0
     big = [2**31 + 1, 3, 2**30]
     total = chapter.sum_of_squares(workers, big, TIMEOUT)
@@ -223,10 +234,6 @@ def test_sum_of_squares_combines_the_value_mesh(chapter, workers):
 
 @pytest.mark.todo("sum_of_squares")
 def test_sum_of_squares_waits_at_most_its_timeout(chapter, plumbing, fresh_procs):
-    stuck = fresh_procs(procs=1).spawn("stuck_workers", plumbing.SlowWorker, 1.5)
-    with pytest.raises(TimeoutError):  # a worker that never answers in time must not hang the caller
-        chapter.sum_of_squares(stuck, [1, 2, 3], timeout=0.5)
-
     class NeverAnswers:  # stands in for the call and its future: records each wait, then gives up
         waits: list = []
 
@@ -240,8 +247,11 @@ def test_sum_of_squares_waits_at_most_its_timeout(chapter, plumbing, fresh_procs
     with pytest.raises(TimeoutError):
         chapter.sum_of_squares(types.SimpleNamespace(sum_my_share=NeverAnswers()), [1, 2, 3], timeout=0.5)
     assert NeverAnswers.waits == [0.5], (
-        f"waits {NeverAnswers.waits}: one wait, of the caller's timeout, then the TimeoutError goes to the caller "
-        "(a second try would hold the caller past its timeout)")
+        f"waits {NeverAnswers.waits}, the caller gave timeout=0.5: one wait, of the caller's timeout (pass it on), "
+        "then the TimeoutError goes to the caller (a second try would hold the caller past its timeout)")
+    stuck = fresh_procs(procs=1).spawn("stuck_workers", plumbing.SlowWorker, 1.5)
+    with pytest.raises(TimeoutError):  # a worker that never answers in time must not hang the caller
+        chapter.sum_of_squares(stuck, [1, 2, 3], timeout=0.5)
 
 
 @pytest.mark.todo("Worker.whoami")

@@ -63,8 +63,15 @@ def test_the_handle_is_tiny_next_to_the_payload(chapter, procs):
     ids=["2-D", "0-D", "2-D-strided", "2-D-empty", "strided", "empty", "list"],
 )
 def test_expose_refuses_what_rdma_cannot_point_at_by_the_right_rule(chapter, bad, error, message):
-    with pytest.raises(error) as caught:
-        chapter.expose(bad)
+    shown = f"a list" if isinstance(bad, list) else f"a tensor of shape {tuple(bad.shape)}, stride {bad.stride()}"
+    try:
+        with pytest.raises(error) as caught:
+            chapter.expose(bad)
+    except pytest.fail.Exception:
+        pytest.fail(f"expose({shown}) raised nothing: this rule raises {error.__name__} with the {message}() message")
+    except Exception as other:
+        pytest.fail(f"expose({shown}) raised {type(other).__name__}: {other}; this rule raises {error.__name__} "
+                    f"with the {message}() message")
     assert str(caught.value) == getattr(chapter, message)(bad), f"expected the {message}() message"
 
 
@@ -107,10 +114,12 @@ def test_the_bytes_arrive_equal(chapter, procs, dtype):
     handle = owner.handle.call_one().get(timeout=STARTUP_TIMEOUT)
     owners = owner.fingerprint.call_one().get(timeout=TIMEOUT)  # before the read: a read never changes the owner
     pulled = reader.pull.call_one(handle).get(timeout=TIMEOUT)
-    assert pulled == owners, f"the {kind} bytes the reader holds differ from the owner's"
     assert owner.fingerprint.call_one().get(timeout=TIMEOUT) == owners, (
         "the owner's memory changed during the pull: pull_into reads the remote memory into the destination "
         "(read_into), it never writes the destination into it")
+    assert pulled == owners, (
+        f"the {kind} bytes the reader holds differ from the owner's: when pull_into returns, the read into "
+        "`destination` itself must be done (awaited)")
 
 
 @pytest.mark.todo("pull_into")
@@ -157,8 +166,13 @@ def test_a_reread_sees_in_place_updates(owner_and_reader):
 )
 def test_pull_into_refuses_a_wrong_destination_by_the_right_rule(chapter, destination, message):
     handle = chapter.expose(torch.arange(8, dtype=torch.float32))
-    with pytest.raises(ValueError) as caught:
-        asyncio.run(chapter.pull_into(handle, destination, timeout=int(TIMEOUT)))
+    try:
+        with pytest.raises(ValueError) as caught:
+            asyncio.run(chapter.pull_into(handle, destination, timeout=int(TIMEOUT)))
+    except pytest.fail.Exception:
+        pytest.fail(f"pull_into accepted a {destination.dtype} destination of shape {tuple(destination.shape)}, "
+                    f"stride {destination.stride()}, for a handle of 8 float32: refuse it (ValueError) with the "
+                    f"{message}() message")
     assert str(caught.value) == getattr(chapter, message)(destination, handle), f"expected the {message}() message"
 
 
@@ -232,7 +246,8 @@ def test_a_flat_view_of_a_matrix_shares_its_memory_with_the_reader(chapter, proc
 def test_a_message_carries_every_byte(chapter, owner_and_reader):
     owner, _ = owner_and_reader
     copy = owner.send_copy.call_one().get(timeout=STARTUP_TIMEOUT)
-    assert isinstance(copy, torch.Tensor) and copy.shape == (SMALL,)
+    assert isinstance(copy, torch.Tensor) and copy.shape == (SMALL,), (
+        f"send_copy answered a {type(copy).__name__}: answer the owner's torch.Tensor itself, shape ({SMALL},)")
     assert chapter.fingerprint(copy) == owner.fingerprint.call_one().get(timeout=TIMEOUT)
     handle = owner.handle.call_one().get(timeout=TIMEOUT)
     assert chapter.message_bytes(copy) >= SMALL * 4 > chapter.message_bytes(handle), (

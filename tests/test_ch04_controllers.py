@@ -108,7 +108,9 @@ def test_every_process_gets_the_same_instance(chapter, sink_name, workers):
 @pytest.mark.todo("find_sink")
 def test_a_worker_can_be_the_first_caller(sink_name, workers):
     made = workers.slice(procs=2).sink_identity.call_one().get(timeout=STARTUP_TIMEOUT)
-    assert made["created_by"] == "worker2", "worker 2 asked first, so its argument built the sink"
+    assert made["created_by"] == "worker2", (
+        f"the sink worker 2 found was built by {made['created_by']!r}: worker 2 asked first for the sink named "
+        f"{sink_name!r}, so its created_by built it; look the sink up under the `name` given (not a default)")
     others = workers.sink_identity.call().get(timeout=TIMEOUT)
     assert {me["created_by"] for me in others.values()} == {"worker2"}
     assert made["pid"] == os.getpid(), "even when a worker creates it, it lives in the root process"
@@ -178,7 +180,9 @@ def test_workers_report_to_the_sink_without_being_given_it(chapter, sink_name, w
     assert list(results.values()) == [30, 30, 30], "work() still returns the sum of squares"
     summary = chapter.find_sink("the test", sink_name, timeout=TIMEOUT).summary.call_one().get(timeout=TIMEOUT)
     assert "items_done" in summary, "every worker records items_done in the sink it finds by name"
-    assert summary["items_done"]["count"] == 3 and summary["items_done"]["total"] == 12.0
+    assert summary["items_done"]["count"] == 3 and summary["items_done"]["total"] == 12.0, (
+        f"items_done {summary['items_done']}: 3 workers given 4 items each record 3 reports totalling 12.0; "
+        "items_done is len(items), one record per work() call")
     assert sorted(summary["items_done"]["sources"]) == ["worker0", "worker1", "worker2"]
 
 
@@ -196,7 +200,8 @@ def test_the_first_worker_to_report_builds_the_sink_under_its_own_name(chapter, 
     made = chapter.find_sink("the test", sink_name, timeout=TIMEOUT).identity.call_one().get(timeout=TIMEOUT)
     assert made["created_by"] == "worker1", (
         f"worker 1 reported first, yet the sink was built by {made['created_by']!r}: a worker asks find_sink "
-        "under its own name, worker<rank>, the same it reports under")
+        "under its own name, worker<rank> with its spawn rank (self.rank), the same it reports under; worker 1 was "
+        "called through a one-actor slice, where the message's rank is 0")
 
 
 @pytest.mark.todo("Worker.work")

@@ -58,7 +58,12 @@ def idle_service(chapter, plumbing, module_aio):
 
 
 @pytest.fixture
-def four(chapter, idle_service):
+def four(chapter, idle_service, monkeypatch):
+    def no_recovery(replica):
+        raise AssertionError(f"start_recovery(replica {replica.index}) on a service with auto_recover=False: "
+                             "recover only if self.auto_recover")
+
+    monkeypatch.setattr(idle_service, "start_recovery", no_recovery)
     for replica in idle_service.replicas:
         replica.healthy, replica.failures = True, 0
     idle_service.cursor, idle_service.stats, idle_service.sessions = 0, chapter.Stats(), {}
@@ -97,7 +102,10 @@ def echo_here():
 
 @pytest.mark.todo("Service.next_replica")
 def test_next_replica_goes_round_robin_over_the_healthy_ones(four):
-    assert [four.next_replica().index for _ in range(9)] == [0, 1, 2, 3, 0, 1, 2, 3, 0]
+    picks = [four.next_replica().index for _ in range(9)]
+    assert picks == [0, 1, 2, 3, 0, 1, 2, 3, 0], (
+        f"9 picks over 4 healthy replicas, cursor at 0, gave {picks}: start at self.cursor, and move it just past the "
+        "replica returned")
     four.replicas[1].healthy = False
     picks = [four.next_replica().index for _ in range(4)]
     assert 1 not in picks, f"replica 1 is unhealthy, so it must be skipped; the picks were {picks}"
@@ -144,7 +152,9 @@ def test_marking_takes_a_replica_out_once(four):
     four.mark_unhealthy(replica, "died, seen by a second request")
     snapshot = four.snapshot()
     assert snapshot["healthy"] == [True, False, True, True]
-    assert (replica.failures, snapshot["replica_failures"]) == (1, 1), "two reports of one death count once"
+    assert (replica.failures, snapshot["replica_failures"]) == (1, 1), (
+        f"replica.failures {replica.failures}, stats.replica_failures {snapshot['replica_failures']} after two "
+        "reports of one death: expected 1 and 1 (one more on each, at the first report only)")
     assert [four.next_replica().index for _ in range(4)] == [0, 2, 3, 0]
     assert four.recovering == {}, "auto_recover=False: nothing is replaced"
 
@@ -159,6 +169,11 @@ def test_a_marked_replica_is_recovered_on_a_new_process_and_late_reports_change_
         service.mark_unhealthy(old, "died")
         await service.wait_recovered(timeout=STARTUP_TIMEOUT)
         service.mark_unhealthy(old, "a late report about the old replica")
+        after = service.snapshot()
+        assert after["healthy"][2] and after["replica_failures"] == 1, (
+            f"a late report about replica 2, already replaced, changed its replacement (healthy {after['healthy']}, "
+            f"replica_failures {after['replica_failures']}): the replica reported is not self.replicas[2] any more, "
+            "so the report changes nothing")
         new_pid = await asyncio.wait_for(service.replicas[2].actor.whoami.call_one(), STARTUP_TIMEOUT)
         return old_pid, new_pid
 
@@ -270,9 +285,13 @@ def test_a_replica_killed_mid_stream_costs_no_request_and_comes_back(plumbing, m
         "its replicas' deaths and those of the meshes Monarch keeps on every process "
         "(koans.monarch_compat.MONARCH_PROCESS_MESHES); a new Monarch may have added one there")
     snapshot = service.snapshot()
-    assert snapshot["failed"] == 0 and snapshot["replica_failures"] == 1
+    assert snapshot["failed"] == 0 and snapshot["replica_failures"] == 1, (
+        f"failed {snapshot['failed']}, replica_failures {snapshot['replica_failures']}: no request failed, and the "
+        "request that met the dead replica marked it (mark_unhealthy) once")
     assert snapshot["retries"] >= 1, "the request that hit the dead replica was retried elsewhere"
-    assert sorted(answering) == [0, 1], "after recovery both replicas answer again"
+    assert sorted(answering) == [0, 1], (
+        f"after recovery, replicas {sorted(answering)} answered, not both: the request that met dead replica 1 marks "
+        "it (mark_unhealthy), which is what starts its recovery")
     assert killed not in answering.values() and len(set(answering.values()) - before) == 1
 
 
@@ -321,7 +340,10 @@ def test_an_endpoint_error_goes_back_to_the_caller_unretried(four, module_aio):
     with pytest.raises(ActorError, match="malformed"):
         module_aio.run(four.route("reject", "malformed prompt"))
     snapshot = four.snapshot()
-    assert (snapshot["retries"], snapshot["replica_failures"], snapshot["healthy"]) == (0, 0, [True] * 4)
+    assert (snapshot["retries"], snapshot["replica_failures"], snapshot["healthy"]) == (0, 0, [True] * 4), (
+        f"one try that met an endpoint error: retries {snapshot['retries']}, replica_failures "
+        f"{snapshot['replica_failures']}, healthy {snapshot['healthy']}; expected 0, 0 and all healthy: the error is "
+        "the request's, not the replica's, so it goes back unretried, and retries count only tries after the first")
     assert (snapshot["requests"], snapshot["ok"], snapshot["failed"]) == (1, 0, 0), "not a ServiceUnavailable"
 
 
@@ -336,7 +358,8 @@ def test_when_every_attempt_fails_the_error_lists_each_one(chapter, make_service
     outcomes = [a.outcome for a in attempts]
     # A death is normally reported ("died"), but when two replicas die moments apart Monarch sometimes
     # reports the second only by silence, which route() sees as a timeout.
-    assert len(outcomes) == 2 and outcomes[0] == "died" and set(outcomes) <= {"died", "timeout"}, outcomes
+    assert len(outcomes) == 2 and outcomes[0] == "died" and set(outcomes) <= {"died", "timeout"}, (
+        f"attempts=2, every replica reached dies: the attempts were {outcomes}; attempts=2 allows 2 tries in all")
     assert len({a.replica for a in attempts}) == 2, "each attempt went to a different replica"
     assert service.snapshot()["retries"] == 1, "two attempts: the first try and one retry"
     message = str(caught.value)
@@ -350,7 +373,9 @@ def test_when_every_attempt_fails_the_error_lists_each_one(chapter, make_service
     with pytest.raises(chapter.ServiceUnavailable, match="no replica is healthy"):
         aio.run(service.route("handle", 1))
     snapshot = service.snapshot()
-    assert (snapshot["failed"], snapshot["ok"], snapshot["requests"]) == (3, 1, 4)
+    assert (snapshot["failed"], snapshot["ok"], snapshot["requests"]) == (3, 1, 4), (
+        f"failed {snapshot['failed']}, ok {snapshot['ok']}, requests {snapshot['requests']}: 3 requests raised "
+        "ServiceUnavailable and 1 was answered; stats.failed counts each request that raised it")
 
 
 @pytest.mark.todo("Service.route")
@@ -373,9 +398,13 @@ def test_a_replica_that_does_not_answer_in_time_is_retried_elsewhere_and_never_a
 
         comeback = asyncio.create_task(first_one_comes_back())
         try:
-            await service.route("hang", 2.0)
-        finally:
+            answer = await service.route("hang", 2.0)
+        except BaseException:
             await asyncio.wait_for(comeback, TIMEOUT)
+            raise
+        comeback.cancel()
+        pytest.fail(f"route answered {answer!r} from replicas that hang 2 s, with call_timeout 0.5 s: each call "
+                    "waits at most self.call_timeout")
 
     with pytest.raises(chapter.ServiceUnavailable) as caught:
         aio.run(scenario())

@@ -63,7 +63,10 @@ def volume(box):
 
 @pytest.mark.todo("shard_box")
 def test_boxes_follow_torchs_uneven_chunking(chapter):
-    assert [chapter.shard_box((10,), (4,), [Shard(0)], (r,)) for r in range(4)] == [((0, 3),), ((3, 3),), ((6, 3),), ((9, 1),)]
+    boxes = [chapter.shard_box((10,), (4,), [Shard(0)], (r,)) for r in range(4)]
+    assert boxes == [((0, 3),), ((3, 3),), ((6, 3),), ((9, 1),)], (
+        f"10 elements over 4 ranks gave {boxes}: boxes are (offset, length); torch.chunk's rule gives each share "
+        "ceil(10 / 4) = 3, so 3, 3, 3 and what is left, 1")
     assert [chapter.shard_box((5,), (4,), [Shard(0)], (r,))[0][1] for r in range(4)] == [2, 2, 1, 0], "the last may be empty"
     assert chapter.shard_box((6, 8), (2, 2), [Shard(1), Replicate()], (1, 0)) == ((0, 6), (4, 4))
     assert chapter.shard_box((8,), (2, 2), [Shard(0), Shard(0)], (1, 1)) == ((6, 2),), "nested: halves, then quarters"
@@ -81,7 +84,10 @@ def test_boxes_match_torch_on_generated_layouts(chapter):
             lengths, offsets = torch_local_box(shape, mesh, list(coord), placements)
             assert box == tuple(zip(offsets, lengths)), (
                 f"{shape} on mesh {mesh} {placements} at {coord}: {box}, but DTensor's own is "
-                f"{tuple(zip(offsets, lengths))} (an empty share starts at the end of what was split)")
+                f"{tuple(zip(offsets, lengths))}" + (" (an empty share starts at the end of what was split)"
+                                                     if 0 in lengths else
+                                                     " (the Shard at mesh dimension m splits into mesh_shape[m] "
+                                                     "shares, each ceil(length / mesh_shape[m]))"))
             expected = chunk_reference(full, mesh, placements, coord)
             assert tuple(length for _, length in box) == tuple(expected.shape), (shape, mesh, placements, coord, box)
             if expected.numel():
@@ -113,8 +119,12 @@ def test_destination_boxes_cover_the_tensor_exactly_once_per_replica(chapter):
 
 @pytest.mark.todo("intersect")
 def test_intersect_known_boxes(chapter):
-    assert chapter.intersect(((0, 4), (0, 8)), ((2, 4), (4, 8))) == ((2, 2), (4, 4))
-    assert chapter.intersect(((0, 4),), ((4, 4),)) is None, "touching is not overlapping"
+    overlap = chapter.intersect(((0, 4), (0, 8)), ((2, 4), (4, 8)))
+    assert overlap == ((2, 2), (4, 4)), (
+        f"rows 0..4 x cols 0..8 and rows 2..6 x cols 4..12 overlap in rows 2..4, cols 4..8: ((2, 2), (4, 4)), not "
+        f"{overlap}: a box is (offset, length) per dim, its end offset + length excluded")
+    assert chapter.intersect(((0, 4),), ((4, 4),)) is None, (
+        "touching is not overlapping: answer None, never a box of length 0")
     assert chapter.intersect(((0, 4),), ((6, 2),)) is None
     assert chapter.intersect(((1, 8), (1, 8)), ((2, 2), (3, 1))) == ((2, 2), (3, 1)), "a box inside another"
     assert chapter.intersect(((0, 4),), ((2, 0),)) is None, "an empty box overlaps nothing"
@@ -171,7 +181,12 @@ def execute_in_memory(chapter, shape, src_mesh, src_placements, dst_mesh, dst_pl
         local = torch.full(tuple(length for _, length in box), float("nan"), dtype=torch.float64)
         writes = torch.zeros(local.shape, dtype=torch.int64)
         for piece in plan[r]:
-            local[piece.dst_slices] = src_local[piece.src][piece.src_slices]
+            into, taken = local[piece.dst_slices], src_local[piece.src][piece.src_slices]
+            assert into.shape == taken.shape, (
+                f"destination rank {r}: a piece's dst_slices select a {tuple(into.shape)} region of its shard, its "
+                f"src_slices a {tuple(taken.shape)} region of source rank {piece.src}'s: both are the same overlap, "
+                "each in its own side's local coordinates (the overlap's slices within dst_box, within src_box)")
+            local[piece.dst_slices] = taken
             writes[piece.dst_slices] += 1
         out[r] = (local, region(full, box), writes)
     return out
@@ -184,7 +199,13 @@ def test_plans_deliver_every_element_once_on_generated_layouts(chapter):
         assert sorted(plan) == [r for r, _ in chapter.ranks(dst_mesh)], "one entry per destination rank"
         for rank, (local, expected, writes) in execute_in_memory(chapter, shape, src_mesh, src_placements,
                                                                  dst_mesh, dst_placements, plan).items():
-            assert bool((writes == 1).all()), f"{shape} {src_placements}->{dst_placements}: rank {rank} written {writes.unique().tolist()}"
+            times = writes.unique().tolist()
+            why = ("; some elements are written more than once: take each overlap from one of the source ranks "
+                   "holding the same box (replicas), not from all of them" if max(times, default=1) > 1 else
+                   "; some elements are never written: every source rank whose box overlaps this destination's "
+                   "gives a piece" if min(times, default=1) == 0 else "")
+            assert bool((writes == 1).all()), (
+                f"{shape} {src_placements}->{dst_placements}: rank {rank} written {times} times{why}")
             assert torch.equal(local, expected), f"{shape} {src_placements}->{dst_placements}: rank {rank} got the wrong bytes"
 
 

@@ -98,9 +98,15 @@ def test_put_refuses_a_group_that_is_already_too_stale(chapter, buffer):
     assert buffer.put.call_one(group(chapter, "v3", 3)).get(timeout=TIMEOUT) is False
     assert buffer.put.call_one(group(chapter, "v0", 0)).get(timeout=TIMEOUT) is False, (
         "a group from the initial weights (version 0) is 5 versions behind: version 0 is a version like any other")
-    assert buffer.put.call_one(group(chapter, "v4", 4)).get(timeout=TIMEOUT) is True
+    assert buffer.put.call_one(group(chapter, "v4", 4)).get(timeout=TIMEOUT) is True, (
+        "the learner is at 5, max lag 1: a group of version 4 is exactly max_lag behind and is kept (only a lag "
+        "greater than max_lag is too stale)")
     ledger = buffer.close.call_one().get(timeout=TIMEOUT)
-    assert (ledger.refused_stale, ledger.unused_at_stop) == (["v3", "v0"], ["v4"])
+    dropped = (" (they are in dropped_stale, which is for groups that sample drops after they went stale)"
+               if ledger.dropped_stale == ["v3", "v0"] else "")
+    assert (ledger.refused_stale, ledger.unused_at_stop) == (["v3", "v0"], ["v4"]), (
+        f"refused_stale {ledger.refused_stale}, unused_at_stop {ledger.unused_at_stop}: a group that put refuses goes "
+        f"into ledger.refused_stale{dropped}")
 
 
 @pytest.mark.todo("ReplayBuffer.put")
@@ -185,7 +191,10 @@ def test_put_wakes_every_waiter_not_just_one(chapter):
 def test_sample_hands_out_the_oldest_groups_once(chapter, buffer):
     for i in range(5):
         buffer.put.call_one(group(chapter, f"g{i}", 0)).get(timeout=STARTUP_TIMEOUT)
-    assert ids(buffer.sample.call_one(2, 0).get(timeout=TIMEOUT)) == ["g0", "g1"]
+    first = ids(buffer.sample.call_one(2, 0).get(timeout=TIMEOUT))
+    assert first == ["g0", "g1"], (
+        f"the first sample(2) of g0..g4 handed out {first}: groups go out oldest first (the front of self.groups), "
+        "in the order they came")
     assert ids(buffer.sample.call_one(2, 0).get(timeout=TIMEOUT)) == ["g2", "g3"], "each group is handed out once"
     ledger = buffer.close.call_one().get(timeout=TIMEOUT)
     assert (ledger.trained, ledger.unused_at_stop) == (["g0", "g1", "g2", "g3"], ["g4"])
@@ -196,7 +205,10 @@ def test_sample_drops_groups_that_went_stale_while_waiting(chapter, buffer):
     for name, version in [("a", 0), ("b", 0), ("c", 1), ("d", 2)]:
         buffer.put.call_one(group(chapter, name, version)).get(timeout=STARTUP_TIMEOUT)
     batch = buffer.sample.call_one(2, 2).get(timeout=TIMEOUT)  # learner at 2, max lag 1: versions 0 are too old
-    assert ids(batch) == ["c", "d"]
+    assert ids(batch) == ["c", "d"], (
+        f"sample(2, learner_version=2) of a, b (v0), c (v1), d (v2) handed out {ids(batch)}: with max_lag 1 the "
+        "version-0 groups are too stale for a learner at 2. The version a sample brings becomes "
+        "self.learner_version (it never goes down) before staleness is judged; the oldest fresh ones go out")
     assert all(2 - g.version <= 1 for g in batch)
     assert buffer.close.call_one().get(timeout=TIMEOUT).dropped_stale == ["a", "b"]
 
@@ -247,7 +259,11 @@ def test_a_waiting_sample_does_not_block_puts(chapter, plumbing, procs, test_tag
 
 @pytest.mark.todo("ReplayBuffer.sample")
 def test_sample_gives_none_when_nothing_comes_within_the_callers_timeout(buffer):
-    answer = buffer.sample.call_one(1, 0, 0.3).get(timeout=10)  # 10 s: far longer than 0.3 s, far shorter than a default
+    try:
+        answer = buffer.sample.call_one(1, 0, 0.3).get(timeout=10)  # 10 s: far longer than 0.3 s, far shorter than a default
+    except TimeoutError:
+        pytest.fail("sample(1, 0, timeout=0.3) on an empty buffer gave no answer within 10 s: it waits at most the "
+                    "timeout its caller passes (its third argument), then answers None; not a timeout of its own")
     assert answer is None, "nothing came within the caller's timeout: sample answers None"
 
 

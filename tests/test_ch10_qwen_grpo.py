@@ -48,7 +48,14 @@ def worst(actual, expected) -> float:
 def test_advantages_by_hand(chapter):
     # mean 0.5; unbiased std sqrt(4 * 0.25 / 3) = 0.57735; so +-0.5 / 0.57735 = +-0.86603
     advantages = chapter.group_advantages(torch.tensor([[1.0, 0.0, 0.0, 1.0]]), eps=0.0)
-    assert close(advantages, [[0.86603, -0.86603, -0.86603, 0.86603]])
+    got = advantages.tolist() if isinstance(advantages, torch.Tensor) else advantages
+    why = ("NaN: with one group (one row), the mean and std run along each row (dim=-1), not down the batch"
+           if isinstance(advantages, torch.Tensor) and advantages.isnan().any() else
+           "that is the population std (n): use the sample std (n - 1, torch.std's default)"
+           if isinstance(advantages, torch.Tensor) and advantages.shape == (1, 4) and close(advantages.abs(), [[1.0] * 4])
+           else "(reward - mean) / (std + eps) per group, with the sample std (n - 1)")
+    assert close(advantages, [[0.86603, -0.86603, -0.86603, 0.86603]]), (
+        f"rewards [[1, 0, 0, 1]], eps 0: advantages {got}, expected +-0.86603 (mean 0.5, sample std 0.57735): {why}")
 
 
 @pytest.mark.todo("group_advantages")
@@ -130,7 +137,10 @@ def one_token(ratio, advantage):
 def test_clipped_objective_by_hand(chapter, ratio, advantage, expected_objective):
     logps, old, advantages, mask = one_token([ratio], [advantage])
     loss, stats = chapter.grpo_loss(logps, old, advantages, mask, clip=0.2)
-    assert close(loss, -expected_objective), f"ratio {ratio}, advantage {advantage}"
+    assert close(loss, -expected_objective), (
+        f"ratio {ratio} (logps - old_logps = log {ratio}), advantage {advantage}, clip 0.2: loss {float(loss):.4f}, "
+        f"expected {-expected_objective:g}: the ratio is p_new / p_old = exp(logps - old_logps), and the objective "
+        "min(ratio * A, clamp(ratio, 1 - clip, 1 + clip) * A), the pessimistic one; the loss is its negative")
     assert stats["clip_fraction"] == (0.0 if 0.8 <= ratio <= 1.2 else 1.0)
 
 
@@ -258,10 +268,12 @@ def test_grpo_loss_on_random_batches(chapter):
         loss, stats = chapter.grpo_loss(logps, tensor(case["old_logps"]), tensor(case["advantages"]),
                                         tensor(case["mask"]), clip=case["clip"], ref_logps=ref, kl_coef=case["kl_coef"])
         where = f"case {number} (clip={case['clip']}, kl_coef={case['kl_coef']}, ref_logps given: {ref is not None})"
+        assert stats["kl"] == pytest.approx(case["kl"], abs=1e-5), (
+            f"{where}: kl {stats['kl']}, expected {case['kl']}: when the penalty is on, the masked mean of k3 = "
+            "exp(ref - logp) - (ref - logp) - 1, per response then over responses, like the loss; else 0.0")
         assert close(loss, case["loss"], 1e-5), f"{where}: loss {float(loss):.6f}, expected {case['loss']:.6f}"
         assert stats["clip_fraction"] == pytest.approx(case["clip_fraction"], abs=1e-6), (
             f"{where}: clip_fraction {stats['clip_fraction']}, expected {case['clip_fraction']}")
-        assert stats["kl"] == pytest.approx(case["kl"], abs=1e-5), f"{where}: kl {stats['kl']}, expected {case['kl']}"
         loss.backward()
         assert logps.grad is not None and close(logps.grad, case["grad"], 1e-5), (
             f"{where}: the gradient wrt logps is off by up to "

@@ -28,6 +28,14 @@ E = math.e
 SNAPSHOTS = json.loads((Path(__file__).parent / "data" / "ch11_snapshots.json").read_text())
 
 
+def same(actual, expected, tol=1e-4) -> bool:
+    """close(), and False where the shapes or types differ: for choosing what a failure message says."""
+    try:
+        return close(actual, expected, tol)
+    except (RuntimeError, TypeError, ValueError):
+        return False
+
+
 def tensor(values):
     return torch.tensor(values, dtype=torch.float32)
 
@@ -56,7 +64,11 @@ def worst(actual, expected) -> float:
 def test_weights_are_the_probability_ratio_capped(chapter):
     # exp(prox - behav): [[e^0, e^0.5, e^-1], [e^0, e^1.5, (padding)]] = [[1, 1.6487, 0.3679], [1, 4.4817, 0]]
     uncapped = chapter.truncated_importance_weights(PROXIMAL, BEHAVIOUR, MASK, cap=None)
-    assert close(uncapped, [[1.0, E ** 0.5, E ** -1], [1.0, E ** 1.5, 0.0]])
+    expected = torch.tensor([[1.0, E ** 0.5, E ** -1], [1.0, E ** 1.5, 0.0]])
+    why = ("upside down: w = p_proximal / p_behaviour = exp(proximal - behaviour)" if same(uncapped[0], 1 / expected[0])
+           else "padding weighs exactly 0" if same(uncapped * MASK, expected) else
+           "w = exp(proximal - behaviour) per real token, padding exactly 0")
+    assert close(uncapped, expected), f"cap=None: weights {uncapped.tolist()}, expected {expected.tolist()}: {why}"
     capped = chapter.truncated_importance_weights(PROXIMAL, BEHAVIOUR, MASK, cap=2.0)
     assert close(capped, [[1.0, E ** 0.5, E ** -1], [1.0, 2.0, 0.0]]), "4.4817 is capped at 2; small weights stay"
     assert capped[1, 2] == 0.0, "padding weighs exactly 0, even where the raw ratio is e^3"
@@ -173,11 +185,16 @@ def test_decoupled_loss_by_hand(chapter):
     # row 0 (A=+1): w * min(r, clip(r)) = 1*1.1052 + 1.6487*1.2 + 0.3679*0.7408 = [1.1052, 1.9785, 0.2725], mean 1.1187
     # row 1 (A=-1): w * min(-r, -clip(r)) = 1*(-1) + 2*(-0.9048) = [-1, -1.8097], mean -1.4048
     # loss = -(1.1187 - 1.4048) / 2 = 0.14306
-    assert close(loss, 0.143057)
+    assert close(loss, 0.143057), (
+        f"loss {float(loss):.5f}, not 0.14306: per token w * min(r * A, clip(r, 1 - clip, 1 + clip) * A), with "
+        "r = exp(logps - proximal_logps) (the proximal policy, not the behaviour one) and w the truncated weights; "
+        "the band is on r alone, w multiplies outside the min. Row means 1.1187 and -1.4048, loss minus their mean")
     # r outside [0.8, 1.2]: row 0's 1.35 and 0.74 (2 of 3), none of row 1's two real tokens: (2/3 + 0) / 2
     assert stats["clip_fraction"] == pytest.approx(1 / 3)
     assert stats["ess"] == pytest.approx(0.817733, abs=1e-4)
-    assert stats["mean_weight"] == pytest.approx(((1 + E ** 0.5 + E ** -1) / 3 + 1.5) / 2, abs=1e-4)
+    assert stats["mean_weight"] == pytest.approx(((1 + E ** 0.5 + E ** -1) / 3 + 1.5) / 2, abs=1e-4), (
+        f"mean_weight {stats['mean_weight']:.4f}, not 1.2528: the masked mean of w (real tokens only, per response, "
+        "then over responses)")
 
 
 @pytest.mark.todo("decoupled_ppo_loss")
@@ -234,9 +251,18 @@ def test_a_clip_of_zero_is_a_clip_not_none(chapter):
     # clip 0: the band is [1, 1]. row 0 (A=+1): w * min(r, 1) = [1*1, 1.6487*1, 0.3679*0.7408], mean 0.97374;
     # row 1 (A=-1): w * min(-r, -1) = [-1, -2], mean -1.5; loss -(0.97374 - 1.5) / 2 = 0.26313
     # r outside [1, 1]: all 3 of row 0, row 1's 0.9048 but not its 1.0: (3/3 + 1/2) / 2 = 0.75
-    assert close(loss, 0.263124) and stats["clip_fraction"] == pytest.approx(0.75), (
-        f"clip=0.0: loss {float(loss):.5f}, clip_fraction {stats['clip_fraction']}, not 0.26312 and 0.75: a clip of 0 "
-        "is a clip (the band [1, 1]), only None means none: test `clip is None`, not the clip's truth")
+    at_02, _ = chapter.decoupled_ppo_loss(current_logps(), PROXIMAL, BEHAVIOUR, torch.tensor([1.0, -1.0]), MASK,
+                                          clip=0.2, cap=2.0)
+    unclipped, _ = chapter.decoupled_ppo_loss(current_logps(), PROXIMAL, BEHAVIOUR, torch.tensor([1.0, -1.0]), MASK,
+                                              clip=None, cap=2.0)
+    why = ("it is the loss of clip=0.2: use the caller's clip" if same(loss, at_02) and not same(at_02, 0.263124)
+           else "it is the loss without a clip: a clip of 0 is a clip (the band [1, 1]), only None means none: test "
+           "`clip is None`, not the clip's truth" if same(loss, unclipped) else
+           "per token w * min(r * A, clip(r, 1 - clip, 1 + clip) * A) with the caller's clip")
+    assert close(loss, 0.263124), f"clip=0.0: loss {float(loss):.5f}, not 0.26312: {why}"
+    assert stats["clip_fraction"] == pytest.approx(0.75), (
+        f"clip=0.0: clip_fraction {stats['clip_fraction']}, not 0.75: count r < 1 - clip or r > 1 + clip, strictly "
+        "(row 1's r = 1.0 sits on the band [1, 1], so it is not clipped), with the caller's clip")
 
 
 @pytest.mark.todo("decoupled_ppo_loss")
@@ -340,9 +366,14 @@ def test_decoupled_ppo_loss_with_weights_on_random_batches(chapter):
 def test_within_the_window_every_group_is_admitted_and_none_beyond(chapter):
     window = chapter.AdmissionWindow(max_lag=1, batch_groups=2)
     # at version 0, groups 0-3 are trained at versions 0, 0, 1, 1: lags 0 and 1, inside the window
-    assert [window.admit(0) for _ in range(4)] == [0, 1, 2, 3]
+    numbers = [window.admit(0) for _ in range(4)]
+    assert numbers == [0, 1, 2, 3], (
+        f"admit(0) four times gave {numbers}: with batch_groups=2, groups 0-3 are trained at versions 0, 0, 1, 1, "
+        "lags 0, 0, 1, 1 from version 0: all within max_lag=1 (a lag equal to max_lag is allowed)")
     assert window.admit(0) is None, "group 4 would be trained at version 2: lag 2 > max lag 1"
-    assert (window.admitted, window.refused) == (4, 1)
+    assert (window.admitted, window.refused) == (4, 1), (
+        f"admitted {window.admitted}, refused {window.refused}, not 4 and 1: a refusal counts in refused only; "
+        "admitted counts the groups given a number")
 
 
 @pytest.mark.todo("AdmissionWindow.admit")
@@ -390,9 +421,12 @@ def test_masked_weights_keep_the_ratio_inside_the_band(chapter):
     weights = chapter.masked_importance_weights(PROXIMAL, BEHAVIOUR, MASK, low=0.5, high=2.0)
     # ratios [[1, e^0.5 = 1.65, e^-1 = 0.37], [1, e^1.5 = 4.48, (padding)]]: 0.37 and 4.48 leave [0.5, 2]
     expected = [[1.0, E ** 0.5, 0.0], [1.0, 0.0, 0.0]]
+    upside_down = same(weights[0, :2], [1.0, E ** -0.5])
     assert close(weights, expected), (
-        f"weights {weights.tolist()}, expected {expected}: a ratio inside [0.5, 2] is kept as it is, one outside is "
-        "dropped: exactly 0 (e^-1 -> 0, e^1.5 -> 0), not pulled back to 0.5 or 2 (that is truncation, TODO 1's job)")
+        f"weights {weights.tolist()}, expected {expected}: " + (
+            "the ratio is upside down: w = p_proximal / p_behaviour = exp(proximal - behaviour)" if upside_down else
+            "w = exp(proximal - behaviour); a ratio inside [0.5, 2] is kept as it is, one outside is dropped: exactly 0 "
+            "(e^-1 -> 0, e^1.5 -> 0), not pulled back to 0.5 or 2 (that is truncation, TODO 1's job)"))
 
 
 @pytest.mark.todo("masked_importance_weights")
@@ -449,9 +483,14 @@ def test_masked_weights_on_random_batches(chapter):
         weights = chapter.masked_importance_weights(tensor(case["proximal"]), tensor(case["behaviour"]),
                                                     tensor(case["mask"]), low=case["low"], high=case["high"])
         expected = tensor(case["expected"])
+        padding = ""
+        if weights.shape == expected.shape:
+            wrong = ~torch.isclose(weights.float(), expected, atol=1e-5) | ~torch.isfinite(weights)
+            if wrong.any() and (tensor(case["mask"])[wrong] == 0).all():
+                padding = " (every wrong weight is on padding: padding weighs exactly 0, even inside the band)"
         assert torch.isfinite(weights).all() and close(weights, expected, 1e-5), (
             f"case {number} (band [{case['low']}, {case['high']}], mask {case['mask']}): weights {weights.tolist()}, "
-            f"expected {case['expected']}")
+            f"expected {case['expected']}{padding}")
 
 
 # --- The lab -------------------------------------------------------------------------------------

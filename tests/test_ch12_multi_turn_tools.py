@@ -69,6 +69,10 @@ class Tools:
         value = self.tools_module.table_of(table).get(request)
         return self.tools_module.VaultTask.reply_text("?" if value is None else str(value))
 
+    def __getattr__(self, name):
+        raise AssertionError(f"run_episode used tools.{name}: call the tools only through tools.route('call', "
+                             "table, request): the Service picks a live worker and retries on another")
+
 
 def prompt_for(tools_module, name="c"):
     return tools_module.VaultPrompt(f"find {name}", name, 12345)
@@ -106,6 +110,9 @@ def test_a_policy_turn_is_trained_and_a_tool_reply_is_context(chapter):
     episode.append_turn([20, 21])  # a tool's reply
     episode.append_turn([30], [-0.4], version=5)
     assert episode.ids == [10, 11, 12, 20, 21, 30] and episode.prompt_ids == [7, 8]
+    assert [len(episode.mask), len(episode.logprobs), len(episode.versions)] == [6] * 3, (
+        f"mask, logprobs and versions have {len(episode.mask)}, {len(episode.logprobs)} and {len(episode.versions)} "
+        "entries for 6 tokens: one entry per token, not per turn")
     assert episode.mask == [1.0, 1.0, 1.0, 0.0, 0.0, 1.0], "the environment's tokens are context: mask 0, out of the loss"
     assert all(type(owner) is float for owner in episode.mask), (
         f"mask {episode.mask!r}: its entries are floats, 1.0 and 0.0, as the field says (a tensor made from ints "
@@ -118,7 +125,11 @@ def test_a_policy_turn_is_trained_and_a_tool_reply_is_context(chapter):
 def test_who_wrote_a_turn_is_told_by_its_log_probabilities_alone(chapter):
     episode = chapter.Episode([1])
     episode.append_turn([5, 6], [0.0, -0.3], version=2)  # a certain token (log-probability 0) is still the policy's
-    episode.append_turn([2, 2], version=7)  # no log-probabilities: the environment's, whatever version it came with
+    try:
+        episode.append_turn([2, 2], version=7)  # no log-probabilities: the environment's, whatever version it came with
+    except (TypeError, ValueError) as err:
+        pytest.fail(f"append_turn([2, 2], version=7) raised {err!r}: a turn without log-probabilities is the "
+                    "environment's whatever its version; who wrote a turn is told by its log-probabilities alone")
     assert episode.mask == [1.0, 1.0, 0.0, 0.0] and episode.versions == [2, 2, -1, -1], (
         f"mask {episode.mask}, versions {episode.versions}: a turn with log-probabilities is the policy's, each of "
         "its tokens mask 1 (a log-probability of 0.0 too); a turn without is the environment's: mask 0, version -1")
@@ -228,9 +239,18 @@ def test_the_oldest_policy_token_wherever_it_sits(chapter):
     assert episode.version == 5
     episode.append_turn([2, 2])
     episode.append_turn([7], [0.0], version=3)  # a certain token (log-probability 0), from a generator behind
-    assert episode.version == 3, (
-        f"version {episode.version} after a turn from v3: the version is that of the episode as it is now, worked out "
-        "from its lists at each read, not kept from the first read")
+    if episode.version != 3:
+        def unread(last_logprob):  # the same turns, in an episode never read before
+            fresh = chapter.Episode([1])
+            for turn in ([5, 6], [-1.0, -1.0], 5), ([2, 2], None, None), ([7], [last_logprob], 3):
+                fresh.append_turn(*turn)
+            return fresh.version
+        why = ("the version is that of the episode as it is now, worked out from its lists at each read, not kept "
+               "from the first read" if unread(0.0) == 3 else
+               "a policy token is one of mask 1, even when its log-probability is 0" if unread(-1.0) == 3 else
+               "turns may come from generators at different versions: a later turn can be older, so take the "
+               "oldest of every policy token")
+        pytest.fail(f"version {episode.version} after a turn from v3: {why}")
     episode.append_turn([2])
     episode.append_turn([8], [-0.5], version=4)
     assert episode.version == 3, (
@@ -284,9 +304,12 @@ def test_the_sequence_is_the_tokens_sampled_and_the_tools_replies_never_re_encod
     call, reply = encode(task, "?c\n"), task.reply_ids(task.reply_text(value))
     answer = encode(task, f"!{value}") + [task.tokenizer.eos_token_id]
     assert tools.calls == ["c"], f"one tool call, for the letter the policy asked: {tools.calls}"
+    re_encoded = (" (the same text in other tokens: the sequence was encoded again from text; append turn.ids and "
+                  "reply_ids as they are)" if episode.ids != call + reply + answer
+                  and task.decode(episode.ids) == task.decode(call + reply + answer) else "")
     assert episode.ids == call + reply + answer, (
         f"{episode.ids}: the policy's turns as sampled (their stop token too) and the tool's reply as "
-        "reply_ids gives it, one after the other")
+        f"reply_ids gives it, one after the other{re_encoded}")
     assert policy.shown[1] != task.prompt_ids(prompt) + call, (
         "the second turn was generated without the tool's reply: the policy reads it (mask 0 keeps the reply out of "
         "the loss, not out of the context): show the policy the prompt and every token of the episode so far")
@@ -301,9 +324,11 @@ def test_the_sequence_is_the_tokens_sampled_and_the_tools_replies_never_re_encod
 def test_every_turn_sees_the_whole_episode_so_far_and_the_prompt_stays_as_it_was(chapter, task, tools_module):
     prompt = prompt_for(tools_module)
     turns = ["?a\n", "?b\n", "?d\n", f"!{prompt.answer}<eos>"]
-    policy = ScriptedPolicy(chapter, task, turns)
-    episode = run(chapter, policy, Tools(tools_module), task, prompt,
-                  tools_module.Limits(max_turns=5, max_tokens=60, max_new=6))
+    policy, tools = ScriptedPolicy(chapter, task, turns), Tools(tools_module)
+    episode = run(chapter, policy, tools, task, prompt, tools_module.Limits(max_turns=5, max_tokens=60, max_new=6))
+    assert tools.calls == ["a", "b", "d"], (
+        f"the tool was asked for {tools.calls}; the turns asked for a, b and d (the prompt is about c): ask it for "
+        "what task.parse reads off each turn")
     prompt_ids = task.prompt_ids(prompt)
     so_far, expected = [], []
     for letter in "abd":
@@ -332,7 +357,8 @@ def test_an_episode_ends_at_its_answer_its_turn_limit_or_its_token_limit(chapter
     tools = Tools(tools_module)
     forever = run(chapter, ScriptedPolicy(chapter, task, [], every_turn="?a\n"), tools, task, prompt, limits)
     assert forever.ended == "turns" and len(tools.calls) == 3, (
-        "a policy that only ever calls tools still stops: after limits.max_turns policy turns")
+        f"ended {forever.ended!r} after {len(tools.calls)} tool calls: max_turns=3 means 3 policy turns, each read "
+        "and its tool call answered (the last one too), then 'turns'")
     policy = ScriptedPolicy(chapter, task, [], every_turn="?bbbbb")  # turns of 6 tokens that never stop
     long = run(chapter, policy, Tools(tools_module), task, prompt, tools_module.Limits(max_turns=9, max_tokens=13,
                                                                                        max_new=6))
@@ -571,9 +597,13 @@ def test_ties_go_round_robin(pool):
     picks = []
     for _ in range(6):
         picks.append(pool.next_replica().index)  # nothing in flight anywhere: all tie
-    assert picks == [0, 1, 2, 3, 0, 1], f"ties broken round robin from the cursor: {picks}"
+    assert picks == [0, 1, 2, 3, 0, 1], (
+        f"all tie (nothing in flight), and the picks were {picks}: a tie goes to the first replica at or after the "
+        "cursor, wrapping past the last to 0, and the cursor moves just past the pick; past `served` counts play no part")
     pool.replicas[2].in_flight = 1
-    assert [pool.next_replica().index for _ in range(3)] == [3, 0, 1], "the busy one is passed over; the rest take turns"
+    assert [pool.next_replica().index for _ in range(3)] == [3, 0, 1], (
+        "the busy one is passed over; the rest take turns: after each pick, the cursor moves just past the replica "
+        "picked (not one step on from where it was)")
 
 
 @pytest.mark.todo("LeastLoadedService.next_replica")
