@@ -108,7 +108,10 @@ def test_call_one_needs_exactly_one_actor(workers):
 
 @pytest.mark.todo("Worker.add")
 def test_state_belongs_to_one_actor(workers):
-    assert workers.slice(procs=1).add.call_one(5).get(timeout=TIMEOUT) == 5
+    first = workers.slice(procs=1).add.call_one(5).get(timeout=TIMEOUT)
+    assert first == 5, (
+        f"add(5) on a fresh actor answered {first!r}, expected 5: add the amount to self.tally, then answer the new "
+        "tally" + (" (0 is the tally from before this add)" if first == 0 else ""))
     tallies = workers.add.call(0).get(timeout=TIMEOUT)
     got = [tallies.item(procs=r) for r in range(4)]
     assert got == [0, 5, 0, 0], (

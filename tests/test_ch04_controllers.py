@@ -48,7 +48,7 @@ def test_the_sink_keeps_every_record(chapter, sink_name):
         if set(summary) == {"a", "b", "c"} else ""
     assert summary == {"loss": {"count": 3, "total": 4.5, "sources": ["a", "b"]},
                        "accuracy": {"count": 2, "total": 0.5, "sources": ["a", "c"]}}, (
-        f"summary {summary}{order}: every record is kept with its value as a float (2.5 stays 2.5)")
+        f"summary {summary}" + (order or ": every record is kept with its value as a float (2.5 stays 2.5)"))
 
 
 # --- TODO 2: find_sink -----------------------------------------------------------------------------

@@ -263,7 +263,7 @@ def test_requests_spread_evenly(four, module_aio):
 
 
 @pytest.mark.todo("Service.route")
-def test_a_replica_killed_mid_stream_costs_no_request_and_comes_back(plumbing, make_service, aio):
+def test_a_replica_killed_mid_stream_costs_no_request_and_comes_back(chapter, plumbing, make_service, aio):
     service = make_service(replicas=2)
 
     async def scenario():
@@ -272,7 +272,12 @@ def test_a_replica_killed_mid_stream_costs_no_request_and_comes_back(plumbing, m
         for i in range(30):
             if i == 10:
                 killed = await plumbing.kill_replica(service, 1)
-            answers.append((await service.route("handle", i))["y"])
+            try:
+                answers.append((await service.route("handle", i))["y"])
+            except chapter.ServiceUnavailable as err:
+                pytest.fail(f"request {i} met the dead replica, and route gave up after {len(err.attempts)} "
+                            f"attempt(s), with self.attempts={service.attempts} and another replica healthy: a try "
+                            "that died or timed out goes on to a replica not tried yet, up to self.attempts tries")
         await service.wait_recovered(timeout=STARTUP_TIMEOUT)
         return before, killed, answers, await service.fanout("whoami")
 
@@ -336,9 +341,14 @@ def test_sessions_stick_and_move_only_when_their_replica_dies_and_fanout_skips_i
 
 
 @pytest.mark.todo("Service.route")
-def test_an_endpoint_error_goes_back_to_the_caller_unretried(four, module_aio):
-    with pytest.raises(ActorError, match="malformed"):
-        module_aio.run(four.route("reject", "malformed prompt"))
+def test_an_endpoint_error_goes_back_to_the_caller_unretried(chapter, four, module_aio):
+    try:
+        with pytest.raises(ActorError, match="malformed"):
+            module_aio.run(four.route("reject", "malformed prompt"))
+    except chapter.ServiceUnavailable as err:
+        pytest.fail(f"route raised ServiceUnavailable after {len(err.attempts)} attempt(s) for a request its "
+                    "endpoint refused: an endpoint error is the request's fault, not the replica's, so route raises "
+                    "that ActorError to the caller at the first try, unretried")
     snapshot = four.snapshot()
     assert (snapshot["retries"], snapshot["replica_failures"], snapshot["healthy"]) == (0, 0, [True] * 4), (
         f"one try that met an endpoint error: retries {snapshot['retries']}, replica_failures "

@@ -107,7 +107,9 @@ def hold_reader_halfway(gen, gate):
 def test_claim_hands_out_each_free_slot_once_then_skips(store_here):
     store = store_here(slots=2)
     first, second, third = ask(store.claim), ask(store.claim), ask(store.claim)
-    assert {first, second} == {0, 1}, "two free slots: both are handed out"
+    assert {first, second} == {0, 1}, (
+        f"three claims on two free slots answered {[first, second, third]}: each free slot goes out once; a slot "
+        "handed out is being written, so it is not free for the next claim")
     assert third is None, "both slots are being written: nothing is free, the trainer skips"
     stats = ask(store.stats)
     assert (stats["writing"], stats["skipped_claims"]) == (2, 1), (
@@ -144,7 +146,11 @@ def test_a_lease_older_than_the_timeout_is_dropped_at_the_next_claim(store_here)
     other = ask(store.acquire, 0)
     assert slot == 1 - held.slot
     ask(store.commit, slot, 2, time.time())
-    assert ask(store.claim) == held.slot, (
+    claimed = ask(store.claim)
+    if claimed != held.slot and ask(store.stats)["expired_leases"] == 2:
+        pytest.fail(f"this claim dropped both expired leases, yet answered {claimed!r}: drop them first, then work "
+                    "out which slots are busy")
+    assert claimed == held.slot, (
         "v2 is latest, and v1's slot has only expired leases: this very claim drops them, and then the slot is free")
     stats = ask(store.stats)
     assert (stats["expired_leases"], stats["readers"]) == (2, 0), (
@@ -402,7 +408,10 @@ def test_after_a_sync_the_generator_is_bit_equal_to_the_published_version(plumbi
         assert synced["transport"] == transport
         assert synced["fingerprint"] == published[synced["loaded"]], f"v{synced['loaded']} arrived different via {transport}"
     assert synced["loaded"] == 2
-    assert ask(gen.sync)["version"] is None, "already at the latest: nothing newer to load"
+    again = ask(gen.sync)
+    assert again["version"] is None, (
+        f"the reader holds v2, the latest, yet the next sync loaded v{again['version']} again: acquire asks for "
+        "anything newer than self.version, the version last loaded, and gets None")
     assert ask(store.stats)["readers"] == 0, "every lease was released"
 
 

@@ -69,7 +69,10 @@ def test_boxes_follow_torchs_uneven_chunking(chapter):
         "ceil(10 / 4) = 3, so 3, 3, 3 and what is left, 1")
     assert [chapter.shard_box((5,), (4,), [Shard(0)], (r,))[0][1] for r in range(4)] == [2, 2, 1, 0], "the last may be empty"
     assert chapter.shard_box((6, 8), (2, 2), [Shard(1), Replicate()], (1, 0)) == ((0, 6), (4, 4))
-    assert chapter.shard_box((8,), (2, 2), [Shard(0), Shard(0)], (1, 1)) == ((6, 2),), "nested: halves, then quarters"
+    nested = chapter.shard_box((8,), (2, 2), [Shard(0), Shard(0)], (1, 1))
+    assert nested == ((6, 2),), (
+        f"(8,) on mesh (2, 2), [Shard(0), Shard(0)] at (1, 1) gave {nested}: the first split leaves (4, 4), the "
+        "second splits that box in two, giving (4 + 2, 2) = (6, 2): a later split starts from the earlier one's offset")
     with pytest.raises(ValueError, match="one placement"):
         chapter.shard_box((4,), (2, 2), [Shard(0)], (0, 0))
 
@@ -286,7 +289,13 @@ def test_pull_puts_each_piece_in_its_place_even_a_strided_one(chapter, plumbing)
     holder.allocate.call_one((3, 10)).get(timeout=60)
     read = holder.pull.call_one(pieces, handles).get(timeout=60)
     assert read == 30 * 4, "pull answers the bytes it read"
-    assert torch.equal(holder.local_shard.call_one().get(timeout=60), source), "each piece lands in its own columns"
+    shard = holder.local_shard.call_one().get(timeout=60)
+    unwritten = [f"columns {where}" for where, cols in (("0:4", slice(0, 4)), ("4:10", slice(4, 10)))
+                 if not torch.equal(shard[:, cols], source[:, cols])]
+    assert torch.equal(shard, source), (
+        f"{' and '.join(unwritten) or 'the columns'} of the shard do not hold their piece: each piece lands in its own columns, "
+        "copied into the region itself (reshape(-1) or flatten() of a strided region is a copy, and writing into "
+        "a copy changes nothing)")
 
 
 class CountingBuffer:
@@ -336,8 +345,8 @@ def test_pull_reads_each_piece_in_its_own_dtype(chapter, local_dtype):
     assert torch.equal(holder.local[:2], source.to(local_dtype)), (
         "each bfloat16 piece lands in its place: read in the handle's dtype, then copied into the shard")
     assert read == 8 * 2, (
-        f"pull answers the bytes read: 8 bfloat16 elements are 16 bytes, not {read} (the shard holds 24; only "
-        "the pieces are read)")
+        f"pull answers the bytes read: 8 bfloat16 elements are 16 bytes, not {read}: count each piece in its "
+        f"handle's dtype (the shard, {local_dtype}, holds {holder.local.nbytes} bytes; only the pieces are read)")
 
 
 @pytest.mark.todo("ShardHolder.pull")

@@ -210,7 +210,10 @@ def test_sample_drops_groups_that_went_stale_while_waiting(chapter, buffer):
         "version-0 groups are too stale for a learner at 2. The version a sample brings becomes "
         "self.learner_version (it never goes down) before staleness is judged; the oldest fresh ones go out")
     assert all(2 - g.version <= 1 for g in batch)
-    assert buffer.close.call_one().get(timeout=TIMEOUT).dropped_stale == ["a", "b"]
+    dropped = buffer.close.call_one().get(timeout=TIMEOUT).dropped_stale
+    assert dropped == ["a", "b"], (
+        f"dropped_stale {dropped}: a group too stale for the learner is removed from self.groups and recorded in "
+        "ledger.dropped_stale, not just passed over")
 
 
 @pytest.mark.todo("ReplayBuffer.sample", "ReplayBuffer.put")

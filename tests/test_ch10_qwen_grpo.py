@@ -19,6 +19,14 @@ def close(actual, expected, tol=1e-4):
                           torch.as_tensor(expected, dtype=torch.float32), atol=tol)
 
 
+def same(actual, expected, tol=1e-4) -> bool:
+    """close(), and False where the shapes or types differ: for choosing what a failure message says."""
+    try:
+        return close(actual, expected, tol)
+    except (RuntimeError, TypeError, ValueError):
+        return False
+
+
 #: Random inputs (fixed seeds) with non-default parameters, and the reference answers to them, stored by
 #: tests/data/make_snapshots.py (maintainers: `python -m tests.data.make_snapshots`).
 SNAPSHOTS = json.loads((Path(__file__).parent / "data" / "ch10_snapshots.json").read_text())
@@ -52,7 +60,7 @@ def test_advantages_by_hand(chapter):
     why = ("NaN: with one group (one row), the mean and std run along each row (dim=-1), not down the batch"
            if isinstance(advantages, torch.Tensor) and advantages.isnan().any() else
            "that is the population std (n): use the sample std (n - 1, torch.std's default)"
-           if isinstance(advantages, torch.Tensor) and advantages.shape == (1, 4) and close(advantages.abs(), [[1.0] * 4])
+           if isinstance(advantages, torch.Tensor) and same(advantages.abs(), [[1.0] * 4])
            else "(reward - mean) / (std + eps) per group, with the sample std (n - 1)")
     assert close(advantages, [[0.86603, -0.86603, -0.86603, 0.86603]]), (
         f"rewards [[1, 0, 0, 1]], eps 0: advantages {got}, expected +-0.86603 (mean 0.5, sample std 0.57735): {why}")
@@ -61,7 +69,12 @@ def test_advantages_by_hand(chapter):
 @pytest.mark.todo("group_advantages")
 def test_each_group_is_normalised_on_its_own(chapter):
     rewards = torch.tensor([[1.0, 2.0, 3.0], [10.0, 30.0, 20.0]])  # std 1 and std 10
-    assert close(chapter.group_advantages(rewards, eps=0.0), [[-1.0, 0.0, 1.0], [-1.0, 1.0, 0.0]])
+    got = chapter.group_advantages(rewards, eps=0.0)
+    whole_batch = " (that is one mean and std over the whole batch)" \
+        if same(got, (rewards - rewards.mean()) / rewards.std()) else ""
+    assert close(got, [[-1.0, 0.0, 1.0], [-1.0, 1.0, 0.0]]), (
+        f"rewards {rewards.tolist()}, eps 0: advantages {got.tolist() if isinstance(got, torch.Tensor) else got}, "
+        f"expected [[-1, 0, 1], [-1, 1, 0]]{whole_batch}: each row is its own group, with its own mean and std")
 
 
 @pytest.mark.todo("group_advantages")
@@ -97,7 +110,10 @@ def test_advantages_on_random_groups(chapter):
         got = chapter.group_advantages(rewards, eps=case["eps"])
         assert got.shape == rewards.shape and torch.allclose(got, tensor(case["expected"]), atol=1e-5), (
             f"case {number} ({tuple(rewards.shape)} rewards, eps={case['eps']}): off by up to "
-            f"{worst(got, case['expected']):.5f}: each row's (reward - mean) / (sample std + eps), with the caller's eps")
+            f"{worst(got, case['expected']):.5f}: each row's (reward - mean) / (sample std + eps), with the caller's eps"
+            + (" (eps goes outside the root: std + eps, not sqrt(var + eps))" if same(
+                got, (rewards - rewards.mean(-1, keepdim=True)) / (rewards.var(-1, keepdim=True) + case["eps"]).sqrt())
+               else ""))
 
 
 # --- TODO 2: grpo_loss ------------------------------------------------------------------------
