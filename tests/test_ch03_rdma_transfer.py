@@ -63,7 +63,7 @@ def test_the_handle_is_tiny_next_to_the_payload(chapter, procs):
     ids=["2-D", "0-D", "2-D-strided", "2-D-empty", "strided", "empty", "list"],
 )
 def test_expose_refuses_what_rdma_cannot_point_at_by_the_right_rule(chapter, bad, error, message):
-    shown = f"a list" if isinstance(bad, list) else f"a tensor of shape {tuple(bad.shape)}, stride {bad.stride()}"
+    shown = "a list" if isinstance(bad, list) else f"a tensor of shape {tuple(bad.shape)}, stride {bad.stride()}"
     try:
         with pytest.raises(error) as caught:
             chapter.expose(bad)

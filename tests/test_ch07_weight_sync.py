@@ -271,7 +271,8 @@ def test_publish_waits_for_the_store_at_most_its_timeout(chapter):
         outcome = gives_up_in_time(publisher.publish({"w": torch.zeros(8)}, version=1))
     finally:
         publisher.staging.close()
-    assert outcome != "still waiting", "publish on a store that never answers was still waiting: wait at most self.timeout"
+    assert outcome != "still waiting", (
+        "publish on a store that never answers was still waiting: wait at most self.timeout")
     assert outcome == "gave up", ("publish on a store that never answers returned (a skip?): no answer in time is an "
                                   "error, so let the TimeoutError out; a skip is the store's answer None")
 

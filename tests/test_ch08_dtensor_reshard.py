@@ -293,9 +293,9 @@ def test_pull_puts_each_piece_in_its_place_even_a_strided_one(chapter, plumbing)
     unwritten = [f"columns {where}" for where, cols in (("0:4", slice(0, 4)), ("4:10", slice(4, 10)))
                  if not torch.equal(shard[:, cols], source[:, cols])]
     assert torch.equal(shard, source), (
-        f"{' and '.join(unwritten) or 'the columns'} of the shard do not hold their piece: each piece lands in its own columns, "
-        "copied into the region itself (reshape(-1) or flatten() of a strided region is a copy, and writing into "
-        "a copy changes nothing)")
+        f"{' and '.join(unwritten) or 'the columns'} of the shard do not hold their piece: each piece lands in its "
+        "own columns, copied into the region itself (reshape(-1) or flatten() of a strided region is a copy, "
+        "and writing into a copy changes nothing)")
 
 
 class CountingBuffer:

@@ -263,7 +263,8 @@ def test_a_waiting_sample_does_not_block_puts(chapter, plumbing, procs, test_tag
 @pytest.mark.todo("ReplayBuffer.sample")
 def test_sample_gives_none_when_nothing_comes_within_the_callers_timeout(buffer):
     try:
-        answer = buffer.sample.call_one(1, 0, 0.3).get(timeout=10)  # 10 s: far longer than 0.3 s, far shorter than a default
+        # 10 s: far longer than 0.3 s, far shorter than a default
+        answer = buffer.sample.call_one(1, 0, 0.3).get(timeout=10)
     except TimeoutError:
         pytest.fail("sample(1, 0, timeout=0.3) on an empty buffer gave no answer within 10 s: it waits at most the "
                     "timeout its caller passes (its third argument), then answers None; not a timeout of its own")
@@ -459,7 +460,8 @@ def test_the_training_loop_waits_for_each_call_at_most_TIMEOUT(chapter, silent):
         asked = len(getattr(buffer if silent == "sample" else learner, silent).calls)
         if asked > 1:
             pytest.fail(f"{silent}() never answered, and continuous_training asked it {asked} times: a call with no "
-                        "answer by TIMEOUT ends the run (let the TimeoutError out); only None from sample means ask again")
+                        "answer by TIMEOUT ends the run (let the TimeoutError out); only None from sample means ask "
+                        "again")
         pytest.fail(f"{silent}() never answered, and continuous_training waited for it forever: await every call "
                     "at most TIMEOUT (a hung actor must end the run, not freeze it)")
     assert gave_up_at == pytest.approx(chapter.TIMEOUT), (

@@ -70,6 +70,8 @@ class Tools:
         return self.tools_module.VaultTask.reply_text("?" if value is None else str(value))
 
     def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
         raise AssertionError(f"run_episode used tools.{name}: call the tools only through tools.route('call', "
                              "table, request): the Service picks a live worker and retries on another")
 
@@ -283,7 +285,8 @@ def test_the_oldest_policy_token_wherever_it_sits(chapter):
 #                                                         -> test_the_budget_counts_the_tokens_written_not_the_tokens_allowed
 #  15. a turn that fills the budget is read like any other: an answer is the answer, a tool call is answered
 #                                                         -> test_a_turn_that_fills_the_budget_is_still_read
-#   7. "tokens" before a turn once it holds max_tokens tokens after its prompt (the prompt does not count), exactly max_tokens included
+#   7. "tokens" before a turn once it holds max_tokens tokens after its prompt (the prompt does not count),
+#      exactly max_tokens included
 #                                                         -> test_an_episode_ends_at_its_answer_its_turn_limit_or_its_token_limit, 
 #                                                            test_exactly_max_tokens_ends_it_before_another_turn
 #   8. a turn asks for at most min(max_new, room left)     -> test_an_episode_ends_at_its_answer_its_turn_limit_or_its_token_limit
@@ -599,7 +602,8 @@ def test_ties_go_round_robin(pool):
         picks.append(pool.next_replica().index)  # nothing in flight anywhere: all tie
     assert picks == [0, 1, 2, 3, 0, 1], (
         f"all tie (nothing in flight), and the picks were {picks}: a tie goes to the first replica at or after the "
-        "cursor, wrapping past the last to 0, and the cursor moves just past the pick; past `served` counts play no part")
+        "cursor, wrapping past the last to 0, and the cursor moves just past the pick; past `served` counts play "
+        "no part")
     pool.replicas[2].in_flight = 1
     assert [pool.next_replica().index for _ in range(3)] == [3, 0, 1], (
         "the busy one is passed over; the rest take turns: after each pick, the cursor moves just past the replica "
