@@ -24,6 +24,19 @@ def owner_and_reader(chapter, procs, test_tag):
     return owner, reader
 
 
+def _which_rule_answered(raised, expected, rules, messages):
+    """Say which rule's message was raised, and, when the input breaks several, why the expected one comes first."""
+    broken = [name for name, is_broken in rules if is_broken]
+    order = ", then ".join(name for name, _ in rules)
+    got = next((f"the {name}() message" for name, text in messages.items() if text == raised),
+               "a message that is none of the chapter's")
+    if len(broken) > 1:
+        return (f"this input breaks {len(broken)} rules ({', '.join(broken)}); the TODO checks them in the order "
+                f"{order}, so the first one broken, {expected}(), must answer. It raised {got}: check the rules "
+                f"in the TODO's order")
+    return f"this input breaks one rule, {expected}(): expected its message, but it raised {got}"
+
+
 # --- TODO 1: expose --------------------------------------------------------------------------------
 # Contract, clause by clause (the test that holds each):
 #   - a handle carries the buffer, dtype and element count, and is tiny next to the payload
@@ -72,7 +85,11 @@ def test_expose_refuses_what_rdma_cannot_point_at_by_the_right_rule(chapter, bad
     except Exception as other:
         pytest.fail(f"expose({shown}) raised {type(other).__name__}: {other}; this rule raises {error.__name__} "
                     f"with the {message}() message")
-    assert str(caught.value) == getattr(chapter, message)(bad), f"expected the {message}() message"
+    rules = [("not_a_tensor", not isinstance(bad, torch.Tensor))]
+    if isinstance(bad, torch.Tensor):
+        rules += [("not_flat", bad.dim() != 1), ("not_contiguous", not bad.is_contiguous()), ("empty_tensor", bad.numel() == 0)]
+    messages = {name: getattr(chapter, name)(bad) for name, _ in rules}
+    assert str(caught.value) == messages[message], _which_rule_answered(str(caught.value), message, rules, messages)
 
 
 @pytest.mark.todo("expose")
@@ -173,7 +190,11 @@ def test_pull_into_refuses_a_wrong_destination_by_the_right_rule(chapter, destin
         pytest.fail(f"pull_into accepted a {destination.dtype} destination of shape {tuple(destination.shape)}, "
                     f"stride {destination.stride()}, for a handle of 8 float32: refuse it (ValueError) with the "
                     f"{message}() message")
-    assert str(caught.value) == getattr(chapter, message)(destination, handle), f"expected the {message}() message"
+    rules = [("wrong_dtype", destination.dtype != handle.dtype),
+             ("wrong_layout", destination.dim() != 1 or not destination.is_contiguous()),
+             ("wrong_count", destination.numel() != handle.numel)]
+    messages = {name: getattr(chapter, name)(destination, handle) for name, _ in rules}
+    assert str(caught.value) == messages[message], _which_rule_answered(str(caught.value), message, rules, messages)
 
 
 class SlowBuffer:

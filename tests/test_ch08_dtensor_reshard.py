@@ -290,12 +290,17 @@ def test_pull_puts_each_piece_in_its_place_even_a_strided_one(chapter, plumbing)
     read = holder.pull.call_one(pieces, handles).get(timeout=60)
     assert read == 30 * 4, "pull answers the bytes it read"
     shard = holder.local_shard.call_one().get(timeout=60)
-    unwritten = [f"columns {where}" for where, cols in (("0:4", slice(0, 4)), ("4:10", slice(4, 10)))
-                 if not torch.equal(shard[:, cols], source[:, cols])]
-    assert torch.equal(shard, source), (
-        f"{' and '.join(unwritten) or 'the columns'} of the shard do not hold their piece: each piece lands in its "
-        "own columns, copied into the region itself (reshape(-1) or flatten() of a strided region is a copy, "
-        "and writing into a copy changes nothing)")
+    wrong = [where for where, cols in (("0:4", slice(0, 4)), ("4:10", slice(4, 10)))
+             if not torch.equal(shard[:, cols], source[:, cols])]
+    if len(wrong) == 2:
+        why = ("neither piece landed in the shard: copy each into the region itself (reshape(-1) or flatten() of a "
+               "strided region is a copy, and writing into a copy changes nothing)")
+    else:
+        right = "4:10" if wrong == ["0:4"] else "0:4"
+        why = (f"columns {right} hold their piece but columns {wrong[0] if wrong else '?'} do not: every piece is "
+               "copied into its own region, each from its own landing buffer (one buffer shared by all the reads, "
+               "or one copy after the loop, keeps a single piece)")
+    assert torch.equal(shard, source), why
 
 
 class CountingBuffer:
