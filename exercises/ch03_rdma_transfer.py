@@ -115,9 +115,9 @@ async def pull_into(handle: TensorHandle, destination: torch.Tensor, timeout: in
     for every pull. `timeout` is in whole seconds: RDMABuffer.read_into refuses a float.
     """
     # Refuse (ValueError, messages from above), in this order: another dtype (even one of the same
-    # item size); not 1-D or not contiguous; another element count. Then read the remote bytes into
-    # `destination` itself, with `timeout` as the read's own limit (its TimeoutError reaches the
-    # caller), and return it.
+    # item size); not 1-D or not contiguous (as torch judges it); another element count. Then read
+    # the remote bytes into `destination` itself, with `timeout` as the read's own limit (its
+    # TimeoutError reaches the caller), and return it.
     raise NotImplementedError("TODO(ch03): check the destination against the handle, then await the RDMA read into it")
 
 

@@ -93,7 +93,8 @@ def decoupled_ppo_loss(logps: torch.Tensor, proximal_logps: torch.Tensor, behavi
     # loss = -masked_mean(objective, mask). Stats, each like the loss a masked_mean (per response, then
     # over responses): "clip_fraction" of r outside [1 - clip, 1 + clip] (0.0 without a clip),
     # "mean_weight" of w; and "ess", the effective_sample_size of w. The caller's clip and cap (None
-    # included) are the ones used; a response of padding only (its mask all 0) counts 0, never NaN. Stats: Python floats.
+    # included) are the ones used. Padding counts nothing, whatever its log-probabilities hold (-inf
+    # too): never NaN, in the loss or its gradient; a response of padding only counts 0. Stats: Python floats.
     raise NotImplementedError("TODO(ch11): w * PPO's clipped objective against the proximal policy; its negative masked mean")
 
 

@@ -258,7 +258,9 @@ HINTS: dict[str, dict[str, tuple[str, ...]]] = {
             "each token is weighted by w.",
             "w = weights if the caller gave them, else truncated_importance_weights(proximal_logps, behaviour_logps, "
             "mask, cap); "
-            "ratio = torch.exp(logps - proximal_logps); A = advantages[:, None].",
+            "ratio = torch.exp(torch.where(mask.bool(), logps - proximal_logps, torch.zeros_like(logps))): r only "
+            "where the mask is 1, since a -inf on padding gives nan, and nan * 0 (the masked mean) is nan, gradient "
+            "too; A = advantages[:, None].",
             "objective = w * torch.min(ratio * A, ratio.clamp(1 - clip, 1 + clip) * A) (or w * ratio * A when "
             "clip is None); loss = -masked_mean(objective, mask); stats from effective_sample_size(w, mask) and "
             "masked_mean.",
@@ -292,7 +294,7 @@ HINTS: dict[str, dict[str, tuple[str, ...]]] = {
         ),
         "run_episode": (
             "A loop over turns. Each turn: the policy's next tokens after everything so far (as token ids), appended "
-            "as they came; if they are a tool call, the tool's reply, appended as reply_ids gives it.",
+            "as they came; if they are a tool call, the tool's reply, appended whole, as reply_ids gives it.",
             "for _ in range(limits.max_turns): room = limits.max_tokens - len(episode.ids); stop ('tokens') if there "
             "is none; turn = await policy.route('generate_turn', episode.prompt_ids + episode.ids, "
             "min(limits.max_new, room)); episode.append_turn(turn.ids, turn.logprobs, turn.version).",

@@ -68,3 +68,11 @@ MUTANTS = [
         return this_host().spawn_procs(per_host={"gpus": 1})
     '''),
 ]
+
+# The tenth independent set (input classes) found this one; a clause test now holds it.
+MUTANTS += [
+    Mutant("Greeter.greet", "tidies the visitor's name (strip) instead of greeting it as given", '''
+        self.greetings_given += 1
+        return f"Hello, {who.strip()}! I am {self.name} (greeting #{self.greetings_given})."
+    '''),
+]

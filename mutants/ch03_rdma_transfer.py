@@ -198,3 +198,27 @@ if getattr(self, "sent_copy", None) is None:
 return self.sent_copy
 '''),
 ]
+
+# The tenth independent set (input classes) found these; clause tests now hold them.
+MUTANTS += [
+    Mutant("pull_into", "tests `dim() > 1` for the layout, so a 0-D destination gets past the 1-D rule", '''
+    if destination.dtype != handle.dtype:
+        raise ValueError(wrong_dtype(destination, handle))
+    if destination.dim() > 1 or not destination.is_contiguous():
+        raise ValueError(wrong_layout(destination, handle))
+    if destination.numel() != handle.numel:
+        raise ValueError(wrong_count(destination, handle))
+    await handle.buffer.read_into(destination, timeout=timeout)
+    return destination
+    '''),
+    Mutant("pull_into", "judges contiguity by stride(0) == 1, refusing a one-element view torch calls contiguous", '''
+    if destination.dtype != handle.dtype:
+        raise ValueError(wrong_dtype(destination, handle))
+    if destination.dim() != 1 or destination.stride(0) != 1:
+        raise ValueError(wrong_layout(destination, handle))
+    if destination.numel() != handle.numel:
+        raise ValueError(wrong_count(destination, handle))
+    await handle.buffer.read_into(destination, timeout=timeout)
+    return destination
+    '''),
+]

@@ -173,3 +173,28 @@ MUTANTS += [
         return sum(handle.nbytes for handle in handles)
 '''),
 ]
+
+# The tenth independent set (input classes) found these; clause tests now hold them.
+MUTANTS += [
+    Mutant("ShardHolder.pull", "waits with asyncio.wait, which refuses the empty set of a rank with no pieces", '''
+        tasks = [asyncio.ensure_future(pull_into(handle, torch.empty(handle.numel, dtype=handle.dtype)))
+                 for handle in handles]
+        await asyncio.wait(tasks)
+        for piece, task in zip(pieces, tasks):
+            region = self.local[piece.dst_slices]
+            region.copy_(task.result().view(region.shape))
+        return sum(handle.nbytes for handle in handles)
+'''),
+    Mutant("ShardHolder.pull", "gathers with return_exceptions=True and skips a failed read, answering fewer bytes", '''
+        results = await asyncio.gather(*(pull_into(handle, torch.empty(handle.numel, dtype=handle.dtype))
+                                         for handle in handles), return_exceptions=True)
+        read = 0
+        for piece, handle, buffer in zip(pieces, handles, results):
+            if isinstance(buffer, BaseException):
+                continue
+            region = self.local[piece.dst_slices]
+            region.copy_(buffer.view(region.shape))
+            read += handle.nbytes
+        return read
+'''),
+]

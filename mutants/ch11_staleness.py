@@ -207,3 +207,25 @@ MUTANTS += [
     return torch.where(mask.bool(), weights, torch.zeros_like(weights))
 '''),
 ]
+
+# The tenth independent set (input classes) found that the loss itself was NaN on -inf padding; the contract
+# now says padding counts nothing whatever it holds, and this is the answer that breaks it.
+MUTANTS += [
+    Mutant("decoupled_ppo_loss", "takes r on padding too, so -inf there makes the loss and its gradient nan "
+           "(breaks: padding counts nothing, -inf included)", '''
+    if weights is None:
+        weights = truncated_importance_weights(proximal_logps, behaviour_logps, mask, cap)
+    ratio = torch.exp(logps - proximal_logps)
+    per_token_advantage = advantages[:, None]
+    if clip is None:
+        objective = weights * ratio * per_token_advantage
+        clipped = torch.zeros_like(ratio)
+    else:
+        objective = weights * torch.min(ratio * per_token_advantage,
+                                        ratio.clamp(1 - clip, 1 + clip) * per_token_advantage)
+        clipped = ((ratio < 1 - clip) | (ratio > 1 + clip)).float()
+    loss = -masked_mean(objective, mask)
+    return loss, {"ess": effective_sample_size(weights, mask), "clip_fraction": float(masked_mean(clipped, mask)),
+                  "mean_weight": float(masked_mean(weights, mask))}
+'''),
+]

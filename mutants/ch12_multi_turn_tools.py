@@ -458,3 +458,20 @@ episode.ended = "turns"
 return episode
 '''),
 ]
+
+
+# The tenth independent set (input classes) found these; the contract now states the clause each breaks.
+MUTANTS += [
+    Mutant("run_episode", "cuts a tool reply to the room left (breaks: the tools' replies whole, as reply_ids gives them)",
+           LOOP.replace("episode.append_turn(task.reply_ids(reply))",
+                        "episode.append_turn(task.reply_ids(reply)[:limits.max_tokens - len(episode.ids)])")),
+    Mutant("run_episode", "catches the cancellation during a tool call and returns the episode (breaks: a cancelled "
+           "episode stays cancelled)",
+           LOOP.replace("\n    for _ in", "\n    import asyncio\n\n    for _ in", 1).replace('''        reply = await tools.route("call", prompt.table, request)
+''', '''        try:
+            reply = await tools.route("call", prompt.table, request)
+        except asyncio.CancelledError:
+            episode.ended = "cancelled"
+            return episode
+''')),
+]

@@ -126,9 +126,9 @@ async def pull_into(handle: TensorHandle, destination: torch.Tensor, timeout: in
     """
     # >>> TODO(ch03): check the destination against the handle, then await the RDMA read into it
     # Refuse (ValueError, messages from above), in this order: another dtype (even one of the same
-    # item size); not 1-D or not contiguous; another element count. Then read the remote bytes into
-    # `destination` itself, with `timeout` as the read's own limit (its TimeoutError reaches the
-    # caller), and return it.
+    # item size); not 1-D or not contiguous (as torch judges it); another element count. Then read
+    # the remote bytes into `destination` itself, with `timeout` as the read's own limit (its
+    # TimeoutError reaches the caller), and return it.
     if destination.dtype != handle.dtype:
         raise ValueError(wrong_dtype(destination, handle))
     if destination.dim() != 1 or not destination.is_contiguous():

@@ -169,7 +169,8 @@ class ShardHolder(ShardHolderBase):
         # >>> TODO(ch08): read every piece (all reads at once), then copy each into its place in self.local
         # handles[i] reads pieces[i]. A piece arrives flat: handle.numel elements of handle.dtype,
         # through chapter 03's pull_into.
-        # Its place is self.local[piece.dst_slices], in that region's shape. Answer the bytes read.
+        # Its place is self.local[piece.dst_slices], in that region's shape. Answer the bytes read (0 for
+        # a rank with no pieces: an empty share). A read that fails fails the pull: its error reaches the caller.
         buffers = await asyncio.gather(*(pull_into(handle, torch.empty(handle.numel, dtype=handle.dtype))
                                          for handle in handles))
         for piece, buffer in zip(pieces, buffers):

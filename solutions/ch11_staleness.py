@@ -99,10 +99,12 @@ def decoupled_ppo_loss(logps: torch.Tensor, proximal_logps: torch.Tensor, behavi
     # loss = -masked_mean(objective, mask). Stats, each like the loss a masked_mean (per response, then
     # over responses): "clip_fraction" of r outside [1 - clip, 1 + clip] (0.0 without a clip),
     # "mean_weight" of w; and "ess", the effective_sample_size of w. The caller's clip and cap (None
-    # included) are the ones used; a response of padding only (its mask all 0) counts 0, never NaN. Stats: Python floats.
+    # included) are the ones used. Padding counts nothing, whatever its log-probabilities hold (-inf
+    # too): never NaN, in the loss or its gradient; a response of padding only counts 0. Stats: Python floats.
     if weights is None:
         weights = truncated_importance_weights(proximal_logps, behaviour_logps, mask, cap)
-    ratio = torch.exp(logps - proximal_logps)
+    # r is taken only where mask is 1: exp(-inf - -inf) on padding is nan, and nan * 0 is nan, gradient too
+    ratio = torch.exp(torch.where(mask.bool(), logps - proximal_logps, torch.zeros_like(logps)))
     per_token_advantage = advantages[:, None]
     if clip is None:
         objective = weights * ratio * per_token_advantage

@@ -32,6 +32,8 @@ def greeter_here(chapter, name):
 #       -> test_greet_returns_the_greeting
 #   - n counts this greeting too: the first is #1
 #       -> test_greet_returns_the_greeting
+#   - <who> is the caller's text as given: no tidying of spaces or case
+#       -> test_the_visitor_is_greeted_as_given
 #   - the count survives between calls
 #       -> test_state_is_kept_across_calls
 #   - the count is this actor's own, not shared with another greeter in the process
@@ -46,6 +48,14 @@ def test_greet_returns_the_greeting(chapter):
     reply = ada.greet.call_one("Grace").get(timeout=TIMEOUT)
     assert reply == "Hello, Grace! I am Ada (greeting #1).", (
         f"got {reply!r}: a new greeter's first greeting is #1 (the count includes this greeting)")
+
+
+@pytest.mark.todo("Greeter.greet")
+def test_the_visitor_is_greeted_as_given(chapter):
+    ada = greeter_here(chapter, "Ada")
+    reply = ada.greet.call_one("  grace hopper ").get(timeout=TIMEOUT)
+    assert reply == "Hello,   grace hopper ! I am Ada (greeting #1).", (
+        f"got {reply!r}: <who> is the caller's text exactly as given; the greeting leaves its spaces and case alone")
 
 
 @pytest.mark.todo("Greeter.greet")

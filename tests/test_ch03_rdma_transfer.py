@@ -33,7 +33,7 @@ def _which_rule_answered(raised, expected, rules, messages):
     if len(broken) > 1:
         return (f"this input breaks {len(broken)} rules ({', '.join(broken)}); the TODO checks them in the order "
                 f"{order}, so the first one broken, {expected}(), must answer. It raised {got}: check the rules "
-                f"in the TODO's order")
+                f"in the TODO's order, and that the {expected}() rule refuses this input")
     return f"this input breaks one rule, {expected}(): expected its message, but it raised {got}"
 
 
@@ -114,8 +114,11 @@ def test_expose_takes_every_flat_contiguous_tensor(chapter, view):
 #       -> test_the_bytes_arrive_equal, test_the_client_can_pull_too
 #   - fills the caller's destination and returns that same tensor
 #       -> test_the_client_can_pull_too
-#   - refuses, in order: another dtype (even of the same item size), not 1-D or not contiguous, another count
+#   - refuses, in order: another dtype (even of the same item size), not 1-D (0-D too) or not contiguous, another
+#     count
 #       -> test_pull_into_refuses_a_wrong_destination_by_the_right_rule
+#   - refuses nothing else: contiguous is torch's is_contiguous(), so a one-element view with any stride is taken
+#       -> test_pull_into_takes_every_flat_contiguous_destination
 #   - the caller's `timeout` is the read's own (passed to read_into, not its default)
 #       -> test_pull_into_waits_at_most_the_callers_timeout
 #   - a read that times out raises TimeoutError to the caller (no stale destination returned)
@@ -176,10 +179,12 @@ def test_a_reread_sees_in_place_updates(owner_and_reader):
         (torch.empty(2, 4), "wrong_layout"),
         (torch.empty(2, 3), "wrong_layout"),  # 2-D and the wrong count: the layout rule comes first
         (torch.empty(16)[::2], "wrong_layout"),
+        (torch.empty(()), "wrong_layout"),  # 0-D: not 1-D either (and the wrong count: the layout rule comes first)
         (torch.empty(7), "wrong_count"),
         (torch.empty(9), "wrong_count"),  # bigger is refused too: the chapter wants exactly the handle's size
     ],
-    ids=["dtype", "dtype-same-itemsize", "dtype-and-count", "dtype-and-layout", "2-D", "2-D-and-count", "strided", "short", "long"],
+    ids=["dtype", "dtype-same-itemsize", "dtype-and-count", "dtype-and-layout", "2-D", "2-D-and-count", "strided", "0-D",
+         "short", "long"],
 )
 def test_pull_into_refuses_a_wrong_destination_by_the_right_rule(chapter, destination, message):
     handle = chapter.expose(torch.arange(8, dtype=torch.float32))
@@ -195,6 +200,38 @@ def test_pull_into_refuses_a_wrong_destination_by_the_right_rule(chapter, destin
              ("wrong_count", destination.numel() != handle.numel)]
     messages = {name: getattr(chapter, name)(destination, handle) for name, _ in rules}
     assert str(caught.value) == messages[message], _which_rule_answered(str(caught.value), message, rules, messages)
+
+
+class CopyingBuffer:
+    """Stands in for an RDMABuffer, in this process: a read copies its data into the destination."""
+
+    def __init__(self, data: torch.Tensor):
+        self.data = data
+
+    def read_into(self, destination, *, timeout=60):
+        async def read():
+            destination.copy_(self.data)
+
+        return read()
+
+
+@pytest.mark.todo("pull_into")
+@pytest.mark.parametrize(
+    "destination", [torch.full((16,), -1.0)[5:6:4], torch.full((16,), -1.0)[3:4]],
+    ids=["one-element-stride-4", "view-inside-its-storage"],
+)
+def test_pull_into_takes_every_flat_contiguous_destination(chapter, destination):
+    handle = chapter.TensorHandle(CopyingBuffer(torch.tensor([7.0])), torch.float32, 1)
+    try:
+        result = asyncio.run(asyncio.wait_for(chapter.pull_into(handle, destination, timeout=5), 10))
+    except ValueError as refused:
+        raise AssertionError(
+            f"pull_into refused a 1-D destination of one float32, stride {destination.stride()}, that torch calls "
+            f"contiguous (is_contiguous() is {destination.is_contiguous()}). Refuse only what torch judges not "
+            f"contiguous: a one-element tensor is, whatever its stride. (Its message: {refused})") from refused
+    assert result is destination and destination.tolist() == [7.0], (
+        f"pull_into answered {result!r}, destination {destination.tolist()}: it reads into the destination itself "
+        "and returns it")
 
 
 class SlowBuffer:

@@ -273,6 +273,9 @@ def test_replicas_are_picked_by_the_flat_destination_rank_on_2d_meshes(chapter, 
 #   4. a real DTensor arrives bit for bit as redistribute gives it -> test_a_real_dtensor_moves_between_meshes_bit_for_bit_as_redistribute
 #   5. each piece is read in its handle's dtype (not the default float32, nor the shard's), its bytes counted in it
 #                                                              -> test_pull_reads_each_piece_in_its_own_dtype
+#   6. a rank with no pieces (an empty share) answers 0      -> test_a_rank_with_nothing_to_pull_answers_zero
+#   7. a read that fails fails the pull: its error reaches the caller, no bytes answered
+#                                                              -> test_a_read_that_fails_fails_the_pull
 
 
 @pytest.mark.todo("ShardHolder.pull")
@@ -335,6 +338,54 @@ def test_pull_starts_every_read_before_waiting_for_any(chapter):
     assert CountingBuffer.most_at_once == 3, (
         f"at most {CountingBuffer.most_at_once} of the 3 reads were in flight at once: start every read, then "
         "wait for them all (asyncio.gather), so the pieces arrive in parallel, not one after another")
+
+
+def pull_here(chapter, holder, pieces, handles):
+    """The endpoint's code alone, in this process, bounded: a pull that hangs fails instead."""
+    return asyncio.run(asyncio.wait_for(chapter.ShardHolder.__dict__["pull"]._method(holder, pieces, handles), 30))
+
+
+@pytest.mark.todo("ShardHolder.pull")
+def test_a_rank_with_nothing_to_pull_answers_zero(chapter):
+    holder = chapter.ShardHolder.__new__(chapter.ShardHolder)
+    holder.local = torch.empty((0, 4))  # torch's chunking leaves a share empty when ranks outnumber rows
+    try:
+        read = pull_here(chapter, holder, [], [])
+    except Exception as failure:
+        raise AssertionError(
+            f"pull with no pieces raised {type(failure).__name__} ({failure}): a rank whose share is empty gets no "
+            "pieces from plan_transfer, and pulls nothing: it answers 0 bytes (asyncio.wait refuses an empty set; "
+            "asyncio.gather of nothing is [])") from failure
+    assert read == 0, f"pull with no pieces answered {read}: nothing was read, so 0 bytes"
+
+
+class FailingBuffer:
+    """Stands in for an RDMABuffer whose read fails, as a read from a dead process does."""
+
+    def read_into(self, destination, *, timeout=60):
+        async def read():
+            await asyncio.sleep(0)
+            raise TimeoutError("the read of this piece gave up")
+
+        return read()
+
+
+@pytest.mark.todo("ShardHolder.pull")
+def test_a_read_that_fails_fails_the_pull(chapter):
+    source = torch.arange(8, dtype=torch.float32).reshape(2, 4)
+    pieces = [chapter.Piece(0, (slice(r, r + 1), slice(0, 4)), (slice(r, r + 1), slice(0, 4))) for r in range(2)]
+    handles = [chapter.TensorHandle(CountingBuffer(source[0].clone()), torch.float32, 4),
+               chapter.TensorHandle(FailingBuffer(), torch.float32, 4)]
+    holder = chapter.ShardHolder.__new__(chapter.ShardHolder)
+    holder.local = torch.full((2, 4), float("nan"))
+    try:
+        read = pull_here(chapter, holder, pieces, handles)
+    except (TimeoutError, ExceptionGroup) as failure:
+        assert "gave up" in repr(failure), f"the read's own error should reach the caller, not {failure!r}"
+    else:
+        raise AssertionError(
+            f"one piece's read failed, yet pull answered {read} bytes: a read that fails fails the pull (let its "
+            "error reach the caller), or the caller takes a shard whose region never arrived for a whole one")
 
 
 @pytest.mark.todo("ShardHolder.pull")

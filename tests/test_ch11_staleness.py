@@ -165,6 +165,8 @@ def test_padding_does_not_count(chapter):
 #   5. stats: clip_fraction and mean_weight masked means, ess of w -> test_decoupled_loss_by_hand; a ratio exactly on
 #      the band's edge is inside it                         -> test_a_ratio_exactly_on_the_bands_edge_is_not_clipped
 #   6. a response of padding only counts 0, never NaN       -> test_a_response_of_padding_only_counts_zero
+#  11. padding counts nothing, -inf log-probabilities included: the loss and its gradient stay finite
+#                                                           -> test_padding_at_minus_infinity_counts_nothing
 #   7. stats are Python floats                              -> test_the_decoupled_stats_are_python_floats
 #   8. values and gradients on random batches, clip None/0.1/0.15/0.3, cap None/1.5/3/5
 #                                                           -> test_decoupled_ppo_loss_on_random_batches
@@ -350,6 +352,23 @@ def test_decoupled_ppo_loss_with_weights_on_random_batches(chapter):
         loss.backward()
         assert close(logps.grad, case["grad"], 1e-5), (
             f"{where}: the gradient is off by {worst(logps.grad, case['grad']):.6f}")
+
+
+@pytest.mark.todo("decoupled_ppo_loss")
+def test_padding_at_minus_infinity_counts_nothing(chapter):
+    at_padding = torch.where(MASK.bool(), torch.zeros_like(MASK), torch.full_like(MASK, -math.inf))
+    logps = (current_logps() + at_padding).requires_grad_()  # row 1's padding: -inf, as some samplers write it
+    loss, stats = chapter.decoupled_ppo_loss(logps, PROXIMAL + at_padding, BEHAVIOUR + at_padding,
+                                             torch.tensor([1.0, -1.0]), MASK, clip=0.2, cap=2.0)
+    assert math.isfinite(float(loss.detach())) and close(loss.detach(), 0.143057), (
+        f"loss {float(loss.detach())}, not 0.14306 as with finite padding: the padding's log-probabilities are -inf "
+        "there, so r = exp(-inf - -inf) is nan, and the masked mean's nan * 0 is nan. Take r only where the mask is 1 "
+        "(torch.where before exp), so padding counts nothing whatever it holds")
+    loss.backward()
+    assert torch.isfinite(logps.grad).all() and logps.grad[1, 2] == 0.0, (
+        f"the gradient is {logps.grad.tolist()}: padding must send none, and nan there (the backward of exp at nan, "
+        "times 0) would spread to every weight; choose 0 where the mask is 0 before exp, not after it")
+    assert all(math.isfinite(value) for value in stats.values()), f"stats {stats}: finite, padding counts nowhere"
 
 
 # --- TODO 3: AdmissionWindow.admit ----------------------------------------------------------------

@@ -296,6 +296,10 @@ def test_the_oldest_policy_token_wherever_it_sits(chapter):
 #  11. no timeout of its own: the tools' Service bounds a call -> test_a_slow_tool_call_is_waited_for
 #  12. the episode's prompt ids are left as they were (each turn's input is a new list)
 #                                                         -> test_every_turn_sees_the_whole_episode_so_far_and_the_prompt_stays_as_it_was
+#  16. a tool's reply is appended whole, even past max_tokens (the limits bound the policy's turns)
+#                                                         -> test_a_reply_longer_than_the_room_left_is_appended_whole
+#  17. a cancelled episode stays cancelled: asyncio.CancelledError reaches the caller, and nothing more is asked
+#                                                         -> test_a_cancelled_episode_stays_cancelled
 
 
 @pytest.mark.todo("run_episode")
@@ -475,6 +479,67 @@ def test_the_budget_counts_the_tokens_written_not_the_tokens_allowed(chapter, ta
         f"asked for {policy.max_new} new tokens, ended {episode.ended!r}: each turn wrote {per_turn - 3} tokens and "
         "got a reply of 3, so the room left is max_tokens minus the tokens the episode holds, not minus what "
         "each turn was allowed")
+
+
+class LongReplyTools(Tools):
+    """Tools whose reply is longer than any room an episode has left."""
+
+    async def route(self, endpoint, table, request):
+        self.calls.append(request)
+        await asyncio.sleep(0)
+        return self.tools_module.VaultTask.reply_text("12345678901234567890")
+
+
+@pytest.mark.todo("run_episode")
+def test_a_reply_longer_than_the_room_left_is_appended_whole(chapter, task, tools_module):
+    policy, tools = ScriptedPolicy(chapter, task, ["?c\n", "!7<eos>"]), LongReplyTools(tools_module)
+    limits = tools_module.Limits(max_turns=3, max_tokens=8, max_new=6)
+    episode = run(chapter, policy, tools, task, prompt_for(tools_module), limits)
+    reply = task.reply_ids(tools_module.VaultTask.reply_text("12345678901234567890"))
+    turn = encode(task, "?c\n")
+    assert episode.ids[len(turn):] == reply, (
+        f"the tool's reply of {len(reply)} tokens, with room for {limits.max_tokens - len(turn)}, became "
+        f"{len(episode.ids) - len(turn)} tokens in the episode: a reply is context the environment wrote, appended "
+        "whole, as reply_ids gives it (the limits bound the policy's turns, and max_tokens is checked before each)")
+    assert episode.ended == "tokens" and len(policy.shown) == 1, (
+        f"ended {episode.ended!r} after {len(policy.shown)} turns: past max_tokens, no room is left for another "
+        "turn, so the episode ends ('tokens')")
+
+
+class HangingTools(Tools):
+    """Tools whose call never answers: the episode waits in it until it is cancelled."""
+
+    async def route(self, endpoint, table, request):
+        self.calls.append(request)
+        await asyncio.Event().wait()
+
+
+@pytest.mark.todo("run_episode")
+def test_a_cancelled_episode_stays_cancelled(chapter, task, tools_module):
+    policy, tools = ScriptedPolicy(chapter, task, [], every_turn="?c\n"), HangingTools(tools_module)
+
+    async def cancel_during_the_tool_call():
+        episode = asyncio.ensure_future(chapter.run_episode(policy, tools, task, prompt_for(tools_module)))
+        for _ in range(1000):  # steps of the event loop, not seconds: until the tool call is in flight
+            if tools.calls or episode.done():
+                break
+            await asyncio.sleep(0)
+        assert tools.calls and not episode.done(), "the episode should be waiting in its first tool call"
+        episode.cancel()
+        try:
+            outcome = await asyncio.wait_for(episode, 10)
+        except asyncio.CancelledError:
+            return "cancelled"
+        return outcome
+
+    outcome = asyncio.run(cancel_during_the_tool_call())
+    ended = getattr(outcome, "ended", outcome)
+    assert outcome == "cancelled", (
+        f"run_episode was cancelled while it waited for the tool, and returned an episode (ended {ended!r}) "
+        "instead: a cancelled episode stays cancelled (let asyncio.CancelledError out). A caller's timeout "
+        "(asyncio.wait_for, asyncio.timeout) works by cancelling, so a returned episode would reach it as if it "
+        "were finished, half-made")
+    assert len(policy.shown) == 1 and tools.calls == ["c"], "after the cancel, nothing more was asked"
 
 
 class BrokenTools(Tools):
