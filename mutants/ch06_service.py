@@ -232,3 +232,27 @@ MUTANTS += [
             replica.healthy = False
 '''),
 ]
+
+# The tenth independent set (input classes) found this one; a clause test now holds it.
+MUTANTS += [
+    Mutant("Service.route", "counts the healthy replicas as those this request did not try", '''
+        for number in range(self.attempts):
+            replica = self._pick(session, tried)
+            if replica is None:
+                break
+            if number > 0:
+                self.stats.retries += 1
+            call = getattr(replica.actor, endpoint_name).call_one(*args, **kwargs)
+            outcome = await classify(call, self.call_timeout, where=f"replica {replica.index}")
+            if outcome.ok:
+                self._served(replica, session)
+                return outcome.value
+            if outcome.kind == "endpoint_error":
+                raise outcome.value
+            self.mark_unhealthy(replica, outcome.kind)
+            attempts.append(Attempt(replica.index, outcome.kind, outcome.summary))
+            tried.add(replica.index)
+        self.stats.failed += 1
+        raise ServiceUnavailable(endpoint_name, attempts, len(self.replicas) - len(tried))
+'''),
+]

@@ -338,3 +338,25 @@ self.version = version
 return version
 '''),
 ]
+
+# The tenth independent set (input classes) found this one; a clause test now holds it.
+MUTANTS += [
+    Mutant("WeightStore.claim", "drops every lease on a slot that has one expired lease, live ones too", '''
+        now = time.monotonic()
+        stale_slots = set()
+        for lease, (slot, since) in list(self.leases.items()):
+            if now - since > self.lease_timeout_s:
+                stale_slots.add(slot)
+                self.counts["expired_leases"] += 1
+        self.leases = {lease: held for lease, held in self.leases.items() if held[0] not in stale_slots}
+        busy = set(self.writing) | {slot for slot, _ in self.leases.values()}
+        if self.latest is not None:
+            busy.add(self.latest[1])
+        for slot in range(len(self.offers)):
+            if slot not in busy:
+                self.writing.add(slot)
+                return slot
+        self.counts["skipped_claims"] += 1
+        return None
+'''),
+]

@@ -245,7 +245,8 @@ def test_a_report_about_a_replica_no_longer_in_the_service_changes_nothing(chapt
 #   7. each failed try is recorded as Attempt(index, kind, summary); stats.retries counts tries after the first
 #                                                                           -> test_when_every_attempt_fails_the_error_lists_each_one,
 #                                                                              test_a_replica_that_does_not_answer_in_time_is_retried_elsewhere_and_never_again
-#   8. nobody left to try: stats.failed, ServiceUnavailable with the healthy count (no try made: it says so)
+#   8. nobody left to try: stats.failed, ServiceUnavailable with the healthy count (no try made: it says so); the
+#      count is healthy_count() then, whatever this request tried
 #                                                                           -> test_when_every_attempt_fails_the_error_lists_each_one
 #  11. a cancelled caller marks no replica: the cancel goes on up  -> test_a_cancelled_caller_takes_no_replica_out
 #  10. the caller's arguments reach the endpoint, keyword ones too
@@ -378,10 +379,15 @@ def test_when_every_attempt_fails_the_error_lists_each_one(chapter, make_service
         f"two of three replicas died and one is left: ServiceUnavailable gets self.healthy_count(). Got: {message}")
     survivor = ({0, 1, 2} - {a.replica for a in attempts}).pop()
     assert aio.run(service.route("handle", 3))["y"] == 9, f"replica {survivor} was never tried and still serves"
-    with pytest.raises(chapter.ServiceUnavailable, match="after 1 attempt"):
+    with pytest.raises(chapter.ServiceUnavailable, match="after 1 attempt") as caught:
         aio.run(service.route("crash"))
-    with pytest.raises(chapter.ServiceUnavailable, match="no replica is healthy"):
+    with pytest.raises(chapter.ServiceUnavailable, match="no replica is healthy") as none_tried:
         aio.run(service.route("handle", 1))
+    for error, tries in ((caught.value, 1), (none_tried.value, 0)):
+        assert "0 replica(s) healthy now" in str(error), (
+            f"after {tries} tr{'y' if tries == 1 else 'ies'}, with every replica dead: {error}. The count is "
+            "self.healthy_count() when it is raised, not the replicas less those this request tried: the others "
+            "may have died before it")
     snapshot = service.snapshot()
     assert (snapshot["failed"], snapshot["ok"], snapshot["requests"]) == (3, 1, 4), (
         f"failed {snapshot['failed']}, ok {snapshot['ok']}, requests {snapshot['requests']}: 3 requests raised "

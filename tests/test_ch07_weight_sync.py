@@ -101,6 +101,8 @@ def hold_reader_halfway(gen, gate):
 #                                                                 -> test_a_lease_older_than_the_timeout_is_dropped_at_the_next_claim
 #   5. every claim drops the leases that expired by then, a free slot or not, and the count runs on
 #                                                                 -> test_every_claim_drops_the_leases_expired_by_then
+#   6. an expired lease is dropped alone: another reader's live lease on the same slot still holds it
+#                                                                 -> test_an_expired_lease_takes_no_live_lease_with_it
 
 
 @pytest.mark.todo("WeightStore.claim")
@@ -175,6 +177,23 @@ def test_every_claim_drops_the_leases_expired_by_then(store_here):
         "drops the leases that expired by then, even when a free slot needs none of that, and the count runs on "
         "(+1 each, never reset)")
     assert answers == [False, False], "each reader learns, when it gives its lease back, that it had lost it"
+
+
+@pytest.mark.todo("WeightStore.claim")
+def test_an_expired_lease_takes_no_live_lease_with_it(chapter):
+    store = chapter.WeightStore.__new__(chapter.WeightStore)  # the endpoint's code alone, in this process
+    chapter.WeightStore.__init__(store, 60.0)
+    store.offers = [{}, {}, {}]
+    now = time.monotonic()
+    store.latest = (2, 0, time.time())  # v2 is latest, in slot 0
+    store.leases = {1: (1, now - 120.0), 2: (1, now)}  # two readers on v1 in slot 1: one lost 2 minutes ago, one live
+    claimed = chapter.WeightStore.__dict__["claim"]._method(store)
+    assert claimed == 2, (
+        f"claim answered {claimed!r}: slot 0 holds the latest version and slot 1 still has a live reader, so only "
+        "slot 2 is free. An expired lease is dropped on its own; a live lease on the same slot keeps that slot")
+    assert list(store.leases) == [2] and store.counts["expired_leases"] == 1, (
+        f"leases left {sorted(store.leases)}, expired_leases {store.counts['expired_leases']}: only lease 1 had "
+        "expired; drop it (and count it) alone")
 
 
 # --- TODO 2: WeightPublisher.publish ---

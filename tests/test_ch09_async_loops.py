@@ -65,6 +65,8 @@ def here(buffer, name):
 #      ledger.refused_stale (not dropped_stale), nothing kept; version 0 included
 #                                                                     -> test_put_refuses_a_group_that_is_already_too_stale
 #      the bound is the buffer's own max_lag, whatever it is (0 and 2 too) -> test_put_judges_by_the_buffers_own_max_lag
+#      a group newer than the learner version the buffer knows (a generator that pulled the newest
+#      weights before the learner's next sample said so) is fresh, max_lag 0 too -> test_put_keeps_a_group_newer_than_the_learner_it_knows
 #   3. a kept group wakes whoever waits on self.arrived                -> test_put_wakes_whoever_waits_for_groups
 #   4. it wakes every waiter, not just one (each may wait for something else) -> test_put_wakes_every_waiter_not_just_one
 #   5. a put goes through while a sample waits, and wakes it            -> test_a_waiting_sample_does_not_block_puts
@@ -122,6 +124,21 @@ def test_put_judges_by_the_buffers_own_max_lag(chapter, max_lag):
     assert answers == [True, False], (
         f"ReplayBuffer(max_lag={max_lag}) with the learner at 3: put answered {answers} for groups {max_lag} and "
         f"{max_lag + 1} versions behind, not [True, False]. The bound is the buffer's own self.max_lag")
+
+
+@pytest.mark.todo("ReplayBuffer.put")
+def test_put_keeps_a_group_newer_than_the_learner_it_knows(chapter):
+    buffer = chapter.ReplayBuffer(0)  # in this process: its code alone; max_lag 0, the strictest bound
+
+    async def put_newer():  # the buffer has heard of version 2; a generator already holds version 3's weights
+        await here(buffer, "advance")(2)
+        return await here(buffer, "put")(group(chapter, "ahead", 3))
+
+    kept = run_on_virtual_clock(put_newer())
+    assert kept is True and ids(buffer.groups) == ["ahead"], (
+        f"put answered {kept!r} for a version-3 group with the buffer's learner at 2 and max_lag 0: its lag is "
+        "2 - 3 = -1, newer than anything the learner has trained on, so it is fresh (the lag is signed, not a "
+        "distance: _too_stale says so)")
 
 
 @pytest.mark.todo("ReplayBuffer.put")
@@ -185,6 +202,8 @@ def test_put_wakes_every_waiter_not_just_one(chapter):
 #                                                                      -> test_sample_gives_none_when_nothing_comes_within_the_callers_timeout
 #   7. that timeout counts from the call, in all: arrivals that wake it while too few do not restart it
 #                                                                      -> test_a_sample_waits_its_timeout_in_all_however_often_arrivals_wake_it
+#   8. a cancelled wait is no timeout: the cancel goes on up, never answered as None
+#                                                                      -> test_a_cancelled_sample_is_cancelled_not_none
 
 
 @pytest.mark.todo("ReplayBuffer.sample")
@@ -368,6 +387,25 @@ def test_a_sample_waits_its_timeout_in_all_however_often_arrivals_wake_it(chapte
         f"sample(3, timeout=10), one group arriving every 4 s: it answered {got} at t={at:g} s, not None at "
         "t=10. The timeout counts from the call, in all: a wake-up by a group that leaves it short does not "
         "start a new full timeout")
+
+
+@pytest.mark.todo("ReplayBuffer.sample")
+def test_a_cancelled_sample_is_cancelled_not_none(chapter):
+    buffer = chapter.ReplayBuffer(1)  # in this process: its code alone
+
+    async def cancel_a_waiting_sample():
+        waiting = asyncio.ensure_future(here(buffer, "sample")(2, 0, 60.0))
+        await asyncio.sleep(1.0)  # on the virtual clock: the sample waits for groups that never come
+        waiting.cancel()
+        try:
+            return await waiting
+        except asyncio.CancelledError:
+            return "cancelled"
+
+    outcome = run_on_virtual_clock(cancel_a_waiting_sample())
+    assert outcome == "cancelled", (
+        f"a sample cancelled while it waited answered {outcome!r}: a cancel is no timeout. Catch the timeout alone "
+        "(None: the groups did not come in time), and let asyncio.CancelledError go on up to whoever cancelled")
 
 
 # --- TODO 3: continuous_training ---
