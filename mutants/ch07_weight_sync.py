@@ -360,3 +360,21 @@ MUTANTS += [
         return None
 '''),
 ]
+MUTANTS += [
+    Mutant("WeightStore.claim", "drops a lease exactly lease_timeout_s old ('older than' taken as >=)", '''
+        now = time.monotonic()
+        for lease, (_, since) in list(self.leases.items()):
+            if now - since >= self.lease_timeout_s:
+                del self.leases[lease]
+                self.counts["expired_leases"] += 1
+        busy = set(self.writing) | {slot for slot, _ in self.leases.values()}
+        if self.latest is not None:
+            busy.add(self.latest[1])
+        for slot in range(len(self.offers)):
+            if slot not in busy:
+                self.writing.add(slot)
+                return slot
+        self.counts["skipped_claims"] += 1
+        return None
+'''),
+]

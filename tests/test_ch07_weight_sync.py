@@ -103,6 +103,8 @@ def hold_reader_halfway(gen, gate):
 #                                                                 -> test_every_claim_drops_the_leases_expired_by_then
 #   6. an expired lease is dropped alone: another reader's live lease on the same slot still holds it
 #                                                                 -> test_an_expired_lease_takes_no_live_lease_with_it
+#   7. "older than": a lease exactly lease_timeout_s old still holds
+#                                                                 -> test_a_lease_exactly_the_timeout_old_still_holds
 
 
 @pytest.mark.todo("WeightStore.claim")
@@ -194,6 +196,22 @@ def test_an_expired_lease_takes_no_live_lease_with_it(chapter):
     assert list(store.leases) == [2] and store.counts["expired_leases"] == 1, (
         f"leases left {sorted(store.leases)}, expired_leases {store.counts['expired_leases']}: only lease 1 had "
         "expired; drop it (and count it) alone")
+
+
+@pytest.mark.todo("WeightStore.claim")
+def test_a_lease_exactly_the_timeout_old_still_holds(chapter, monkeypatch):
+    store = chapter.WeightStore.__new__(chapter.WeightStore)  # the endpoint's code alone, in this process
+    chapter.WeightStore.__init__(store, 60.0)
+    store.offers = [{}, {}, {}]
+    store.latest = (2, 0, time.time())  # v2 is latest, in slot 0; a reader took v1 in slot 1 at t = 1000 s
+    store.leases = {1: (1, 1000.0)}
+    with monkeypatch.context() as frozen:
+        frozen.setattr(time, "monotonic", lambda: 1060.0)  # the clock stands exactly 60 s after the lease
+        claimed = chapter.WeightStore.__dict__["claim"]._method(store)
+    assert (claimed, list(store.leases), store.counts["expired_leases"]) == (2, [1], 0), (
+        f"claim answered {claimed!r}, leases left {sorted(store.leases)}, expired_leases "
+        f"{store.counts['expired_leases']}: a lease exactly lease_timeout_s (60 s) old is not older than it, so it "
+        "still holds slot 1 (lost only when older: >, not >=)")
 
 
 # --- TODO 2: WeightPublisher.publish ---
