@@ -47,9 +47,17 @@ def clauses(rows: str) -> list[tuple[str, list[str]]]:
             items[-1].append(body)
     found = []
     for parts in items:
-        text = " ".join(parts)
-        clause = text.split("->", 1)[0].strip().rstrip(",")
-        found.append((clause, list(dict.fromkeys(re.findall(r"\btest_\w+", text)))))
+        sentences, arrow_before = [[]], False
+        for part in parts:  # a clause may go on after an "->" line (a new sentence); test names alone do not count
+            before = part.split("->", 1)[0].strip()
+            more_tests = arrow_before and (not before or (re.fullmatch(r"[\w,\s]*", before) and "test_" in before))
+            if before and not more_tests:
+                if arrow_before and sentences[-1]:
+                    sentences.append([])
+                sentences[-1].append(before)
+            arrow_before = "->" in part or more_tests
+        clause = "; ".join(" ".join(words).rstrip(",") for words in sentences if words)
+        found.append((clause, list(dict.fromkeys(re.findall(r"\btest_\w+", " ".join(parts))))))
     return found
 
 

@@ -172,7 +172,8 @@ def _share_it_summed(part, rank, size):
         for r in range(k):
             if part == squares(NUMBERS[r::k]) and (r, k) != (rank, size):
                 if k != size:
-                    return f" (its sum is that of numbers[{r}::{k}]: it took the size as {k}, where the mesh holds {size})"
+                    return (f" (its sum is that of numbers[{r}::{k}]: it took the size as {k}, "
+                            f"where the mesh holds {size})")
                 return f" (its sum is that of numbers[{r}::{k}], rank {r}'s share: it started at the wrong place)"
     return ""
 
@@ -182,7 +183,8 @@ def test_each_rank_does_its_own_share_of_the_work(workers):
     parts = workers.sum_my_share.call(NUMBERS).get(timeout=TIMEOUT)
     for point, part in parts.items():
         assert part == squares(NUMBERS[point.rank :: 4]), (
-            f"rank {point.rank} should sum squares of numbers[{point.rank}::4]" + _share_it_summed(part, point.rank, size=4))
+            f"rank {point.rank} should sum squares of numbers[{point.rank}::4]"
+            + _share_it_summed(part, point.rank, size=4))
 
 
 @pytest.mark.todo("Worker.sum_my_share")

@@ -87,7 +87,8 @@ def test_expose_refuses_what_rdma_cannot_point_at_by_the_right_rule(chapter, bad
                     f"with the {message}() message")
     rules = [("not_a_tensor", not isinstance(bad, torch.Tensor))]
     if isinstance(bad, torch.Tensor):
-        rules += [("not_flat", bad.dim() != 1), ("not_contiguous", not bad.is_contiguous()), ("empty_tensor", bad.numel() == 0)]
+        rules += [("not_flat", bad.dim() != 1), ("not_contiguous", not bad.is_contiguous()),
+                  ("empty_tensor", bad.numel() == 0)]
     messages = {name: getattr(chapter, name)(bad) for name, _ in rules}
     assert str(caught.value) == messages[message], _which_rule_answered(str(caught.value), message, rules, messages)
 
@@ -183,8 +184,8 @@ def test_a_reread_sees_in_place_updates(owner_and_reader):
         (torch.empty(7), "wrong_count"),
         (torch.empty(9), "wrong_count"),  # bigger is refused too: the chapter wants exactly the handle's size
     ],
-    ids=["dtype", "dtype-same-itemsize", "dtype-and-count", "dtype-and-layout", "2-D", "2-D-and-count", "strided", "0-D",
-         "short", "long"],
+    ids=["dtype", "dtype-same-itemsize", "dtype-and-count", "dtype-and-layout", "2-D", "2-D-and-count", "strided",
+         "0-D", "short", "long"],
 )
 def test_pull_into_refuses_a_wrong_destination_by_the_right_rule(chapter, destination, message):
     handle = chapter.expose(torch.arange(8, dtype=torch.float32))

@@ -65,8 +65,9 @@ def here(buffer, name):
 #      ledger.refused_stale (not dropped_stale), nothing kept; version 0 included
 #                                                                     -> test_put_refuses_a_group_that_is_already_too_stale
 #      the bound is the buffer's own max_lag, whatever it is (0 and 2 too) -> test_put_judges_by_the_buffers_own_max_lag
-#      a group newer than the learner version the buffer knows (a generator that pulled the newest
-#      weights before the learner's next sample said so) is fresh, max_lag 0 too -> test_put_keeps_a_group_newer_than_the_learner_it_knows
+#   6. the lag is signed: a group newer than the learner version the buffer knows (a generator pulled the
+#      newest weights before the learner's next sample said so) is fresh, with max_lag 0 too
+#                                                                     -> test_put_keeps_a_group_newer_than_the_learner_it_knows
 #   3. a kept group wakes whoever waits on self.arrived                -> test_put_wakes_whoever_waits_for_groups
 #   4. it wakes every waiter, not just one (each may wait for something else) -> test_put_wakes_every_waiter_not_just_one
 #   5. a put goes through while a sample waits, and wakes it            -> test_a_waiting_sample_does_not_block_puts
