@@ -33,6 +33,7 @@ import sys
 ADDRESS_ENV = "KOANS_FORKSERVER"  # the zygote's socket, for the launcher; "0" in the environment: no zygote
 LAUNCHER_PID_ENV = "KOANS_FORKSERVER_LAUNCHER"  # in a forked process: the pid Monarch knows it by
 PLACE_ENV = "KOANS_FORKSERVER_PLACE"  # the zygote's host and namespaces: a launcher elsewhere starts cold
+SHARED_ENV = "KOANS_SHARED_ZYGOTE"  # a zygote's socket that sessions share instead of starting their own
 BOOTSTRAP_MODULE = "monarch._src.actor.bootstrap_main"
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 _HIGH_FD = 900  # where the child parks descriptors while it puts the launcher's in place
@@ -73,23 +74,28 @@ def _recv(sock: socket.socket, fds: list[int] | None = None) -> tuple[bytes, byt
 # ---------------------------------------------------------------- the launcher (Monarch starts this)
 
 
-def _cold_start() -> None:
-    """Monarch's usual bootstrap, in this very process (no zygote to fork from)."""
-    os.execv(sys.executable, [sys.executable, "-m", BOOTSTRAP_MODULE])
+def _cold_start(pytest_args: list[str] | None = None) -> None:
+    """Monarch's usual bootstrap (or the pytest session), in this very process (no zygote to fork from)."""
+    if pytest_args is None:
+        os.execv(sys.executable, [sys.executable, "-m", BOOTSTRAP_MODULE])
+    os.execv(sys.executable, [sys.executable, "-m", "pytest", *pytest_args])
 
 
-def _launch() -> None:
-    address = os.environ.get(ADDRESS_ENV, "")
+def _launch(pytest_args: list[str] | None = None) -> None:
+    """Have the zygote fork this process's stand-in, and be it to the outside. The stand-in is a Monarch
+    process, or, with `pytest_args`, a pytest session (a shared zygote's: $KOANS_SHARED_ZYGOTE)."""
+    address = os.environ.get(ADDRESS_ENV if pytest_args is None else SHARED_ENV, "")
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(address)
     except OSError:
         sock.close()
-        _cold_start()
+        _cold_start(pytest_args)
     own = sock.fileno()
     fds = sorted(int(fd) for fd in os.listdir("/proc/self/fd") if int(fd) != own)
     fds = [fd for fd in fds if _is_open(fd)]
-    request = {"env": dict(os.environ, **{LAUNCHER_PID_ENV: str(os.getpid())}), "cwd": os.getcwd(), "fds": fds}
+    env = dict(os.environ) if pytest_args is not None else dict(os.environ, **{LAUNCHER_PID_ENV: str(os.getpid())})
+    request = {"env": env, "cwd": os.getcwd(), "fds": fds, "pytest": pytest_args}
     child = 0
     pending: list[int] = []
 
@@ -108,9 +114,9 @@ def _launch() -> None:
         _send(sock, b"F", json.dumps(request).encode(), fds)
         kind, payload = _recv(sock)
     except (OSError, EOFError):
-        _cold_start()  # the zygote went away before it forked: nothing was started
+        _cold_start(pytest_args)  # the zygote went away before it forked: nothing was started
     if kind != b"P":
-        _cold_start()  # the zygote could not fork (it said why on its stderr)
+        _cold_start(pytest_args)  # the zygote could not fork (it said why on its stderr)
     child = int(payload)
     for signum in pending:
         forward(signum, None)
@@ -255,6 +261,13 @@ def _become_monarch_process(conn: socket.socket, received: list[int], request: d
     os.environ.update(request["env"])
     os.chdir(request["cwd"])
     _adopt_pythonpath(zygote_pythonpath, request["env"].get("PYTHONPATH", ""), request["cwd"])
+    if request.get("pytest") is not None:  # a test session, as `python -m pytest ARGS` in its own session
+        os.setsid()  # a group of its own, with the processes it starts: they end with it
+        _die_with_launcher(conn, whole_group=True)
+        import pytest
+
+        sys.argv = ["pytest", *request["pytest"]]
+        sys.exit(pytest.main(request["pytest"]))
     sys.argv = [BOOTSTRAP_MODULE]
     _die_with_launcher(conn)
 
@@ -310,8 +323,9 @@ def _adopt_pythonpath(zygote_pythonpath: str, pythonpath: str, cwd: str) -> None
     sys.path[0:1] = [cwd, *theirs]
 
 
-def _die_with_launcher(conn: socket.socket) -> None:
-    """The launcher only ends after this process does; if the connection closes first, it was killed."""
+def _die_with_launcher(conn: socket.socket, whole_group: bool = False) -> None:
+    """The launcher only ends after this process does; if the connection closes first, it was killed.
+    Then this process dies, and with `whole_group`, its process group too."""
     import threading
 
     def watch():
@@ -320,6 +334,8 @@ def _die_with_launcher(conn: socket.socket) -> None:
                 pass
         except OSError:
             pass
+        if whole_group:
+            os.killpg(0, signal.SIGKILL)
         os.kill(os.getpid(), signal.SIGKILL)
 
     threading.Thread(target=watch, name="koans-launcher-watch", daemon=True).start()
@@ -337,23 +353,36 @@ class Zygote:
     @classmethod
     def start(cls, preload=("torch",)) -> "Zygote | None":
         """Start the zygote, and make it the way Monarch starts processes on hosts created from now on
-        until `only_existing_hosts()`. None where it does not apply."""
-        import atexit
-        import subprocess
-        import tempfile
-
+        until `only_existing_hosts()`. None where it does not apply. Where $KOANS_SHARED_ZYGOTE names a
+        zygote that serves many sessions (`Zygote.start_shared`), the session forks from that one."""
         if os.environ.get(ADDRESS_ENV) == "0" or sys.platform != "linux" or os.path.exists("/dev/nvidia0"):
             return None
         if not _patch_monarch_bootstrap():
             return None
-        directory = tempfile.mkdtemp(prefix="koans-zygote-")
-        address = os.path.join(directory, "socket")
-        process = subprocess.Popen([sys.executable, os.path.abspath(__file__), "serve", address, *preload],
-                                   stdin=subprocess.DEVNULL, close_fds=True)
-        _LAUNCH_ENV[ADDRESS_ENV] = address
+        shared = os.environ.get(SHARED_ENV, "")
+        if shared and os.path.exists(shared):
+            zygote = cls(None, shared, None)
+        else:
+            zygote = cls(*_spawn_zygote(preload))
+        _LAUNCH_ENV[ADDRESS_ENV] = zygote.address
         _LAUNCH_ENV[PLACE_ENV] = _place()
-        zygote = cls(process, address, directory)
-        atexit.register(zygote.stop)
+        return zygote
+
+    @classmethod
+    def start_shared(cls, preload) -> "Zygote | None":
+        """One zygote for every test session this process starts from now on (`koans verify` starts
+        hundreds): each session forks its Monarch processes from it, instead of starting a zygote of
+        its own, which imports torch again. Sessions find it through $KOANS_SHARED_ZYGOTE. None where
+        zygotes do not apply."""
+        if os.environ.get(ADDRESS_ENV) == "0" or sys.platform != "linux" or os.path.exists("/dev/nvidia0"):
+            return None
+        import time
+
+        zygote = cls(*_spawn_zygote([*preload, "pytest"]))  # it forks the sessions themselves too
+        deadline = time.monotonic() + 60  # until it listens (a launcher that finds no socket starts cold)
+        while not os.path.exists(zygote.address) and zygote.process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.environ[SHARED_ENV] = zygote.address
         return zygote
 
     @staticmethod
@@ -369,17 +398,41 @@ class Zygote:
 
     def is_helper(self, pid: int, cmdline: str) -> bool:
         """The zygote itself, or a launcher: not a Monarch process of their own (a forked child is)."""
-        return pid == self.process.pid or LAUNCHER_MARK in cmdline
+        return (self.process is not None and pid == self.process.pid) or LAUNCHER_MARK in cmdline
 
     def stop(self) -> None:
-        """Processes started from now on start cold; those forked already live on."""
-        import shutil
-
+        """Processes started from now on start cold; those forked already live on. A shared zygote
+        is stopped only by the process that started it."""
         _LAUNCH_ENV.clear()
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-        shutil.rmtree(self.directory, ignore_errors=True)
+        if self.process is None:
+            return
+        if os.environ.get(SHARED_ENV) == self.address:
+            del os.environ[SHARED_ENV]
+        _end_zygote(self.process, self.directory)
+
+
+def _spawn_zygote(preload) -> tuple:
+    """A zygote process that preloads `preload`, listening at a fresh socket: (process, address, folder).
+    It ends by itself when the process that started it does."""
+    import atexit
+    import subprocess
+    import tempfile
+
+    directory = tempfile.mkdtemp(prefix="koans-zygote-")
+    address = os.path.join(directory, "socket")
+    process = subprocess.Popen([sys.executable, os.path.abspath(__file__), "serve", address, *preload],
+                               stdin=subprocess.DEVNULL, close_fds=True)
+    atexit.register(_end_zygote, process, directory)
+    return process, address, directory
+
+
+def _end_zygote(process, directory: str) -> None:
+    import shutil
+
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 _LAUNCH_ENV: dict[str, str] = {}
@@ -431,6 +484,8 @@ def _patch_monarch_bootstrap() -> bool:
 def main(argv: list[str]) -> None:
     if argv[:1] == ["launch"]:
         _launch()
+    elif argv[:1] == ["pytest"]:  # python -S forkserver.py pytest ARGS: a pytest session, forked if it can be
+        _launch(argv[1:])
     elif argv[:1] == ["serve"]:
         sys.path[0] = os.getcwd()  # not this file's folder: as `python -m` would have it
         job = _serve(argv[1], argv[2:])

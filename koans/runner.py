@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from koans import forkserver
 from koans.manifest import IMPL_ENV, PROJECT_ROOT, Chapter
 from koans.results import read_events
 
@@ -103,11 +104,14 @@ def run_chapter(
     """
     with tempfile.TemporaryDirectory(prefix="koans-") as tmp:
         report, progress, log = Path(tmp) / "results.json", Path(tmp) / "progress.jsonl", Path(tmp) / "output.txt"
-        command = [
-            sys.executable, "-m", "pytest", str(root / "tests" / chapter.test_file.name),
+        pytest_args = [
+            str(root / "tests" / chapter.test_file.name),
             f"--impl={impl}", f"--koans-json={report}", f"--koans-progress={progress}", "-q", "-p", "no:cacheprovider",
             *(["-x"] if first_failure_only else []), *extra_args,
         ]
+        command = [sys.executable, "-m", "pytest", *pytest_args]
+        if os.environ.get(forkserver.SHARED_ENV):  # koans verify's warm process: fork the session from it
+            command = [sys.executable, "-S", forkserver.__file__, "pytest", *pytest_args]
         run_env = {**os.environ, **(env or {})}
         run_env.pop(IMPL_ENV, None)  # the --impl option decides
         run_env.setdefault(*SUPERVISION_POLL)

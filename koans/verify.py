@@ -31,6 +31,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from koans.forkserver import Zygote
 from koans.harness import chapter_todos
 from koans.manifest import CHAPTERS, PROJECT_ROOT, Chapter, find_chapter
 from koans.runner import run_chapter
@@ -136,25 +137,35 @@ def copy_project_with_one_stub(chapter: Chapter, todo_key: str, into: Path) -> N
 
 
 def check_each_todo(chapter: Chapter) -> bool:
-    ok = True
-    for todo in chapter_todos(chapter):
+    def run_one(todo):
         with tempfile.TemporaryDirectory(prefix=f"koans-{chapter.tag}-") as tmp:
             copy_project_with_one_stub(chapter, todo.key, Path(tmp))
-            run = run_chapter(chapter, "exercises", root=Path(tmp), first_failure_only=True)
-        first = run.first_failure
-        if first is None:
-            outcome = "timed out before any test failed" if run.timed_out else "fails NO TEST"
-            ok &= _say(False, f"{chapter.tag} {todo.key}: stubbing only this TODO {outcome}")
-            print(_indented_tail(run.output), flush=True)
-        else:
-            # The first failure must be a test marked with this TODO, so that its
-            # message names the right TODO and `koans` leads the learner to it.
-            named = todo.key in first["todos"]
-            ok &= _say(named, f"{chapter.tag} {todo.key}: stubbing only this TODO fails {first['name']}"
-                       + ("" if named else f", which is not marked @pytest.mark.todo({todo.key!r})"))
-            if not named:
+            return run_chapter(chapter, "exercises", root=Path(tmp), first_failure_only=True)
+
+    ok = True
+    todos = chapter_todos(chapter)
+    with ThreadPoolExecutor(max_workers=_jobs()) as pool:  # reported in the TODOs' order
+        for todo, run in zip(todos, pool.map(run_one, todos)):
+            first = run.first_failure
+            if first is None:
+                outcome = "timed out before any test failed" if run.timed_out else "fails NO TEST"
+                ok &= _say(False, f"{chapter.tag} {todo.key}: stubbing only this TODO {outcome}")
                 print(_indented_tail(run.output), flush=True)
+            else:
+                # The first failure must be a test marked with this TODO, so that its
+                # message names the right TODO and `koans` leads the learner to it.
+                named = todo.key in first["todos"]
+                ok &= _say(named, f"{chapter.tag} {todo.key}: stubbing only this TODO fails {first['name']}"
+                           + ("" if named else f", which is not marked @pytest.mark.todo({todo.key!r})"))
+                if not named:
+                    print(_indented_tail(run.output), flush=True)
     return ok
+
+
+def _jobs() -> int:
+    """Test sessions run at once ($KOANS_VERIFY_JOBS, default 2): each spends much of its time waiting
+    (Monarch replies, process deaths), so two overlap well even on 2 cores."""
+    return max(1, int(os.environ.get("KOANS_VERIFY_JOBS", "2")))
 
 
 def check_mutants(chapter: Chapter, sample: bool, messages: bool = False) -> tuple[bool, dict]:
@@ -178,9 +189,7 @@ def check_mutants(chapter: Chapter, sample: bool, messages: bool = False) -> tup
                               extra_args=("--koans-only-todo", mutant.todo))  # caught = a test marked with it fails
         return run, time.monotonic() - mutant_started
 
-    # Two at a time by default: each run spends much of its time waiting (process start-up, Monarch
-    # replies), so two overlap well even on 2 cores. Results are reported in the mutants' order.
-    with ThreadPoolExecutor(max_workers=max(1, int(os.environ.get("KOANS_VERIFY_JOBS", "2")))) as pool:
+    with ThreadPoolExecutor(max_workers=_jobs()) as pool:  # reported in the mutants' order
         runs = pool.map(run_one, mutants)
         for mutant, (run, seconds) in zip(mutants, runs):
             ok, caught = _report_mutant(chapter, mutant, run, seconds, ok, caught)
@@ -241,6 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     chapters = [find_chapter(c) for c in args.chapters] if args.chapters else list(CHAPTERS)
 
     print("koans verify")
+    # Every test session below forks its Monarch processes from this one warm process, instead of
+    # starting one of its own that imports torch again (koans/forkserver.py): hundreds of sessions.
+    Zygote.start_shared(list(dict.fromkeys(m for chapter in chapters for m in chapter.process_imports)))
     ok = check_sync()
     rows = []
     for chapter in chapters:

@@ -1,6 +1,7 @@
 """koans/forkserver.py: the tests' Monarch processes fork from a warm Python, and to Monarch they
 behave as processes it started itself. Run: pytest tests/test_forkserver.py"""
 
+import json
 import os
 import signal
 import subprocess
@@ -95,3 +96,70 @@ def test_a_launcher_with_no_zygote_to_reach_starts_monarch_cold(tmp_path):
     done = subprocess.run([sys.executable, "-S", "-c", program, forkserver.__file__], env=env, capture_output=True,
                           text=True, timeout=TIMEOUT * 6)
     assert "No module named this_module_proves_a_cold_start" in done.stderr, done.stderr[-2000:]
+
+
+PROBE = '''
+import json, os, sys, time
+
+def test_facts():
+    facts = {"pid": os.getpid(), "ppid": os.getppid(), "torch": "torch" in sys.modules, "cwd": os.getcwd()}
+    with open(os.environ["PROBE_OUT"], "w") as out:
+        json.dump(facts, out)
+
+def test_fails():
+    assert os.environ.get("PROBE_HANG") is None, "the exit status says a test failed"
+
+def test_hangs():
+    while os.environ.get("PROBE_HANG"):
+        time.sleep(0.05)
+'''
+
+
+@pytest.fixture
+def shared_zygote():
+    """A zygote shared by the test sessions this process starts, as `koans verify` has one."""
+    zygote = forkserver.Zygote.start_shared(["torch"])
+    if zygote is None:
+        pytest.skip("processes start cold here (KOANS_FORKSERVER=0, or a machine with a GPU)")
+    try:
+        yield zygote
+    finally:
+        zygote.stop()
+    assert forkserver.SHARED_ENV not in os.environ, "stopped: sessions started from now on start their own"
+
+
+def launch_session(tmp_path, *pytest_args, **env):
+    (tmp_path / "test_probe.py").write_text(PROBE)
+    command = [sys.executable, "-S", forkserver.__file__, "pytest", "test_probe.py", "-q", "-p", "no:cacheprovider",
+               *pytest_args]
+    return subprocess.Popen(command, cwd=tmp_path, env={**os.environ, "PROBE_OUT": str(tmp_path / "facts"), **env},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def test_a_shared_zygote_forks_whole_test_sessions(shared_zygote, tmp_path):
+    """`koans verify` runs hundreds of sessions: each is forked from the shared zygote, torch imported already,
+    and its exit status is the launcher's, as if pytest had run in the launcher itself."""
+    session = launch_session(tmp_path)
+    output, _ = session.communicate(timeout=STARTUP_TIMEOUT * 3)
+    assert session.returncode == 0, output[-2000:]
+    facts = json.loads((tmp_path / "facts").read_text())
+    assert facts["ppid"] == shared_zygote.process.pid, "forked by the shared zygote"
+    assert facts["torch"], "with the zygote's imports (the probe imports no torch)"
+    assert facts["cwd"] == str(tmp_path), "in the launcher's folder"
+    failing = launch_session(tmp_path, "-k", "fails", PROBE_HANG="1")
+    output, _ = failing.communicate(timeout=STARTUP_TIMEOUT * 3)
+    assert failing.returncode == 1 and "1 failed" in output, output[-2000:]
+
+
+def test_a_session_whose_launcher_is_killed_ends_with_its_whole_group(shared_zygote, tmp_path):
+    """The runner ends a session past its time limit by killing the launcher's group: the forked session,
+    and whatever it started, must end too."""
+    session = launch_session(tmp_path, "-k", "facts or hangs", PROBE_HANG="1")
+    deadline = time.monotonic() + STARTUP_TIMEOUT * 3
+    while not (tmp_path / "facts").exists() or not (tmp_path / "facts").read_text():
+        assert time.monotonic() < deadline and session.poll() is None, "the session never ran its first test"
+        time.sleep(0.05)
+    forked = json.loads((tmp_path / "facts").read_text())["pid"]
+    os.killpg(session.pid, signal.SIGKILL)
+    session.wait(timeout=TIMEOUT)
+    wait_until_gone([forked], "the forked session outlived its killed launcher")
