@@ -113,15 +113,14 @@ class Service(ReplicaPool):
         self.stats.requests += 1
         attempts: list[Attempt] = []
         tried: set[int] = set()
-        # self._pick(session, tried) chooses the replica (None: nobody left to try). Each call waits at
-        # most self.call_timeout. An endpoint error goes straight back to the caller, unretried: re-raise
-        # the ActorError itself. A death or a timeout marks the replica called unhealthy (that one, though
-        # another may hold its index by then), is recorded as Attempt(replica index, outcome kind,
-        # outcome.summary), and the next try goes elsewhere; count
-        # stats.retries for every try after the first. On success, self._served(replica, session).
-        # When no try is left: count stats.failed, raise ServiceUnavailable(endpoint_name, attempts,
-        # self.healthy_count()).
-        raise NotImplementedError("TODO(ch06): up to self.attempts tries, each on a replica not tried yet; return the first reply")
+        # self._pick(session, tried) chooses the replica (None: nobody left to try). Each call waits at most
+        # self.call_timeout. An endpoint error goes straight back to the caller, unretried: re-raise the
+        # ActorError itself. A death or a timeout marks the replica called unhealthy (that one, though another may
+        # hold its index by then), is recorded as Attempt(replica index, outcome kind, outcome.summary), and the
+        # next try goes elsewhere; count stats.retries for every try after the first. On success,
+        # self._served(replica, session). When no try is left: count stats.failed, raise
+        # ServiceUnavailable(endpoint_name, attempts, self.healthy_count()).
+        raise NotImplementedError("TODO(ch06): up to self.attempts tries, each on an untried replica; return the first reply, even None or 0")
 
     # --- given: sessions, fanout, counters -----------------------------------------------------
 

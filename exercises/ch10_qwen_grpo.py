@@ -128,7 +128,8 @@ def grpo_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Te
     # clip_fraction: masked mean of "ratio outside [1 - clip, 1 + clip]"; kl: the masked k3 mean when the
     # penalty is on (ref_logps given and kl_coef > 0), else 0.0. `clip` is the caller's, in the objective
     # and in clip_fraction alike. The KL term is part of the loss: its gradient reaches logps. Both stats
-    # are Python floats, each a masked_mean like the loss (per response, then over responses).
+    # are Python floats, each a masked_mean like the loss (per response, then over responses). The inputs
+    # stay as they were.
     raise NotImplementedError("TODO(ch10): PPO's clipped objective per token, its negative masked mean; optional KL; two stats")
 
 

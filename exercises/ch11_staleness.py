@@ -61,9 +61,10 @@ def truncated_importance_weights(proximal_logps: torch.Tensor, behaviour_logps: 
                                  cap: float | None = 2.0) -> torch.Tensor:
     """[N, T] per-token weights min(p_proximal / p_behaviour, cap); exactly 0 where mask is 0."""
     # The weights are a constant of the loss: no gradient flows through them, even when an input
-    # carries one. cap=None means no cap. Padding weighs exactly 0 whatever its log-probabilities hold
-    # (-inf included, where the ratio is inf or nan). A real token's weight is finite, even for a token
-    # both policies find very unlikely (log-probabilities near -200).
+    # carries one. cap=None means no cap (None only: a cap of 0 caps every weight at 0). Padding weighs
+    # exactly 0 whatever its log-probabilities hold (-inf included, where the ratio is inf or nan). A real
+    # token's weight is finite, even for a token both policies find very unlikely (log-probabilities near
+    # -200). The inputs stay as they were.
     raise NotImplementedError("TODO(ch11): each token's importance weight, proximal over behaviour, capped at `cap`; 0 on padding")
 
 
@@ -95,6 +96,7 @@ def decoupled_ppo_loss(logps: torch.Tensor, proximal_logps: torch.Tensor, behavi
     # "mean_weight" of w; and "ess", the effective_sample_size of w. The caller's clip and cap (None
     # included) are the ones used. Padding counts nothing, whatever its log-probabilities hold (-inf
     # too): never NaN, in the loss or its gradient; a response of padding only counts 0. Stats: Python floats.
+    # The inputs stay as they were.
     raise NotImplementedError("TODO(ch11): w * PPO's clipped objective against the proximal policy; its negative masked mean")
 
 
@@ -111,6 +113,7 @@ def masked_importance_weights(proximal_logps: torch.Tensor, behaviour_logps: tor
     # Outside the band the weight is 0, not the nearest end of the band (that would be truncation). Like
     # truncated_importance_weights: no gradient flows through the weights, padding weighs exactly 0
     # whatever its log-probabilities hold (-inf included), and tokens near -200 get their true ratio.
+    # The inputs stay as they were.
     # The caller's low and high are the band.
     raise NotImplementedError("TODO(ch11): the ratio inside [low, high] (ends included); exactly 0 outside it and on padding")
 

@@ -74,6 +74,10 @@ class _StandInEndpoint:
         self.calls.append(args)
         return _StandInReply(self.fn, args, kwargs)
 
+    def choose(self, *args, **kwargs):
+        """One actor of the mesh, picked by Monarch: a stand-in is one actor, so the same as call_one."""
+        return self.call_one(*args, **kwargs)
+
 
 class _StandInReply:
     def __init__(self, fn, args, kwargs):

@@ -119,3 +119,30 @@ partial_sums = workers.sum_my_share.call(numbers).get(timeout=timeout)
 return math.fsum(partial_sums.values())
 '''),
 ]
+
+# The eleventh independent set (language and library pitfalls) found these; each now has a clause test.
+MUTANTS += [
+    Mutant("Worker.whoami", "falls back with `or` when the message's coordinates are empty: one actor picked by "
+           "index reports its spawn coordinates (breaks: the message's view as it is, {} there)", '''
+    return {
+        "spawn_coords": self.spawn_coords,
+        "message_coords": dict(current_rank()) or dict(self.spawn_coords),
+        "message_size": current_size() or {"procs": 1},
+        "pid": os.getpid(),
+    }
+'''),
+    Mutant("Worker.sum_my_share", "multiplies the sizes with functools.reduce and no start value: one actor picked "
+           "by index (no dimension) raises (breaks: the product of no sizes is 1)", '''
+    import functools
+    import operator
+    rank = current_rank().rank
+    size = functools.reduce(operator.mul, current_size().values())
+    return sum(x * x for x in numbers[rank::size])
+'''),
+    Mutant("sum_of_squares", "collects the replies by point['procs']: on a mesh of other dimensions it raises, "
+           "and on two dimensions replies collide (breaks: every worker's value, any dimensions)", '''
+    replies = workers.sum_my_share.call(numbers).get(timeout=timeout)
+    by_proc = {point["procs"]: value for point, value in replies.items()}
+    return sum(by_proc.values())
+'''),
+]

@@ -256,3 +256,41 @@ MUTANTS += [
         raise ServiceUnavailable(endpoint_name, attempts, len(self.replicas) - len(tried))
 '''),
 ]
+
+# The eleventh independent set (language and library pitfalls) found these; each now has a clause test.
+MUTANTS += [
+    Mutant("Service.next_replica", "walks an itertools.cycle made once over self.replicas: the cursor is ignored, "
+           "and a replacement put at an index is never seen (breaks: at or after self.cursor, in self.replicas)", '''
+    import itertools
+    if getattr(self, "_ring", None) is None:
+        self._ring = itertools.cycle(self.replicas)
+    for _ in range(len(self.replicas)):
+        replica = next(self._ring)
+        if replica.healthy and replica.index not in exclude:
+            self.cursor = (replica.index + 1) % len(self.replicas)
+            return replica
+    return None
+'''),
+    Mutant("Service.route", "tests the reply's truth: a reply of None, 0 or {} counts as a failure (breaks: "
+           "return the first reply, whatever it holds)", '''
+    for number in range(self.attempts):
+        replica = self._pick(session, tried)
+        if replica is None:
+            break
+        if number > 0:
+            self.stats.retries += 1
+        call = getattr(replica.actor, endpoint_name).call_one(*args, **kwargs)
+        outcome = await classify(call, self.call_timeout, where=f"replica {replica.index}")
+        reply = outcome.value if outcome.ok else None
+        if reply:
+            self._served(replica, session)
+            return reply
+        if outcome.kind == "endpoint_error":
+            raise outcome.value
+        self.mark_unhealthy(replica, outcome.kind)
+        attempts.append(Attempt(replica.index, outcome.kind, outcome.summary))
+        tried.add(replica.index)
+    self.stats.failed += 1
+    raise ServiceUnavailable(endpoint_name, attempts, self.healthy_count())
+'''),
+]

@@ -343,3 +343,69 @@ MUTANTS += [
         return batch
 '''),
 ]
+
+# The eleventh independent set (language and library pitfalls) found these; each now has a clause test.
+MUTANTS += [
+    Mutant("ReplayBuffer.sample", "assigns dropped_stale a new list of this wake's drops: the ids dropped before "
+           "are lost (breaks: dropped into the ledger, every one)", '''
+    self.learner_version = max(self.learner_version, learner_version)
+
+    def enough() -> bool:
+        stale = [g for g in self.groups if self._too_stale(g)]
+        if stale:
+            self.ledger.dropped_stale = [g.id for g in stale]
+        self.groups[:] = [g for g in self.groups if not self._too_stale(g)]
+        return len(self.groups) >= count
+
+    try:
+        async with self.arrived:
+            await asyncio.wait_for(self.arrived.wait_for(enough), timeout)
+    except TimeoutError:
+        return None
+    batch, self.groups[:] = self.groups[:count], self.groups[count:]
+    self.ledger.trained += [g.id for g in batch]
+    return batch
+'''),
+    Mutant("ReplayBuffer.sample", "`timeout or TIMEOUT / 2`: a timeout of 0 becomes 30 s (breaks: the caller's "
+           "timeout, 0 too)", '''
+    self.learner_version = max(self.learner_version, learner_version)
+    timeout = timeout or TIMEOUT / 2
+
+    def enough() -> bool:
+        stale = [g for g in self.groups if self._too_stale(g)]
+        self.ledger.dropped_stale += [g.id for g in stale]
+        self.groups[:] = [g for g in self.groups if not self._too_stale(g)]
+        return len(self.groups) >= count
+
+    try:
+        async with self.arrived:
+            await asyncio.wait_for(self.arrived.wait_for(enough), timeout)
+    except TimeoutError:
+        return None
+    batch, self.groups[:] = self.groups[:count], self.groups[count:]
+    self.ledger.trained += [g.id for g in batch]
+    return batch
+'''),
+    Mutant("continuous_training", "one wait_for of TIMEOUT around the whole loop: a run longer than TIMEOUT fails "
+           "though every call answers in time (breaks: at most TIMEOUT each call)", '''
+    results, version = [], 0
+
+    async def run() -> None:
+        nonlocal version
+        while len(results) < steps:
+            batch = await buffer.sample.call_one(batch_groups, version)
+            if batch is None:
+                continue
+            result = await learner.train.call_one(batch)
+            version = result["version"]
+            results.append(result)
+            if on_step is not None:
+                on_step(result)
+
+    try:
+        await asyncio.wait_for(run(), TIMEOUT)
+    finally:
+        stop.set()
+    return results
+'''),
+]

@@ -112,3 +112,21 @@ MUTANTS = [
     Mutant("grpo_loss", "counts a ratio exactly on the band's edge as clipped (<=, >=)",
            LOSS.replace("(ratio < 1 - clip) | (ratio > 1 + clip)", "(ratio <= 1 - clip) | (ratio >= 1 + clip)")),
 ]
+
+# The eleventh independent set (language and library pitfalls) found these; each now has a clause test.
+MUTANTS += [
+    Mutant("grpo_loss", "unsqueeze_ on the advantages: the caller's tensor becomes [N, 1] (breaks: the inputs stay "
+           "as they were)", '''
+    ratio = torch.exp(logps - old_logps)
+    per_token_advantage = advantages.unsqueeze_(1)
+    objective = torch.min(ratio * per_token_advantage, ratio.clamp(1 - clip, 1 + clip) * per_token_advantage)
+    loss = -masked_mean(objective, mask)
+    kl = torch.zeros(())
+    if ref_logps is not None and kl_coef > 0:
+        log_ratio = ref_logps - logps
+        kl = masked_mean(torch.exp(log_ratio) - log_ratio - 1, mask)
+        loss = loss + kl_coef * kl
+    clipped = ((ratio < 1 - clip) | (ratio > 1 + clip)).float()
+    return loss, {"clip_fraction": float(masked_mean(clipped, mask)), "kl": float(kl.detach())}
+'''),
+]

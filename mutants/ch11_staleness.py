@@ -229,3 +229,50 @@ MUTANTS += [
                   "mean_weight": float(masked_mean(weights, mask))}
 '''),
 ]
+
+# The eleventh independent set (language and library pitfalls) found these; each now has a clause test.
+MUTANTS += [
+    Mutant("truncated_importance_weights", "`if cap:` where None was meant: a cap of 0.0 caps nothing (breaks: only "
+           "None is no cap)", '''
+    weights = torch.exp(proximal_logps - behaviour_logps).detach()
+    if cap:
+        weights = weights.clamp(max=cap)
+    return torch.where(mask.bool(), weights, torch.zeros_like(weights))
+'''),
+    Mutant("truncated_importance_weights", "masked_fill_ on .detach() views of the inputs: the caller's padding "
+           "log-probabilities are rewritten (breaks: the inputs stay as they were)", '''
+    padding = ~mask.bool()
+    proximal = proximal_logps.detach()
+    behaviour = behaviour_logps.detach()
+    proximal.masked_fill_(padding, 0.0)
+    behaviour.masked_fill_(padding, 0.0)
+    weights = torch.exp(proximal - behaviour)
+    if cap is not None:
+        weights = weights.clamp(max=cap)
+    return weights.masked_fill(padding, 0.0)
+'''),
+    Mutant("decoupled_ppo_loss", "unsqueeze_ on the advantages: the caller's tensor becomes [N, 1] (breaks: the "
+           "inputs stay as they were)", '''
+    if weights is None:
+        weights = truncated_importance_weights(proximal_logps, behaviour_logps, mask, cap)
+    ratio = torch.exp(torch.where(mask.bool(), logps - proximal_logps, torch.zeros_like(logps)))
+    per_token_advantage = advantages.unsqueeze_(1)
+    if clip is None:
+        objective = weights * ratio * per_token_advantage
+        clipped = torch.zeros_like(ratio)
+    else:
+        objective = weights * torch.min(ratio * per_token_advantage,
+                                        ratio.clamp(1 - clip, 1 + clip) * per_token_advantage)
+        clipped = ((ratio < 1 - clip) | (ratio > 1 + clip)).float()
+    loss = -masked_mean(objective, mask)
+    return loss, {"ess": effective_sample_size(weights, mask), "clip_fraction": float(masked_mean(clipped, mask)),
+                  "mean_weight": float(masked_mean(weights, mask))}
+'''),
+    Mutant("masked_importance_weights", "sub_ and exp_ on the caller's proximal_logps: it becomes the ratio "
+           "(breaks: the inputs stay as they were)", '''
+    with torch.no_grad():
+        ratio = proximal_logps.sub_(behaviour_logps).exp_()
+    inside = (ratio >= low) & (ratio <= high) & mask.bool()
+    return torch.where(inside, ratio, torch.zeros_like(ratio))
+'''),
+]

@@ -46,7 +46,8 @@ class Worker(Actor):
         """
         # >>> TODO(ch02): return spawn and message coordinates, the message's mesh size and the pid
         # The three coordinate entries are plain dicts, e.g. {"procs": 2}; message_size is {"procs": 4}
-        # for a call to the whole mesh and {"procs": 2} for a call through a 2-actor slice.
+        # for a call to the whole mesh and {"procs": 2} for a call through a 2-actor slice; through one actor
+        # picked by index (workers.slice(procs=3)) no dimension is left, and both of the message's are {}.
         return {
             "spawn_coords": self.spawn_coords,
             "message_coords": dict(current_rank()),
@@ -68,7 +69,8 @@ class Worker(Actor):
         """Sum of squares of this actor's share: numbers[rank::size].
 
         rank and size are the message's view (current_rank().rank, and the
-        product of current_size()'s values), so a slice splits the list among itself.
+        product of current_size()'s values), so a slice splits the list among itself. One actor
+        picked by index sees no dimension at all: size 1, rank 0.
         """
         # >>> TODO(ch02): square and sum every size-th number, starting at this message's rank
         rank, size = current_rank().rank, math.prod(current_size().values())
@@ -89,7 +91,7 @@ def spawn_workers(procs: ProcMesh) -> Worker:
 def sum_of_squares(workers: Worker, numbers: list[int], timeout: float = 60) -> int:
     """Sum of x*x over `numbers`, computed in parallel by every worker in the mesh."""
     # >>> TODO(ch02): call sum_my_share on every worker, wait for the ValueMesh, add up its values
-    # Every worker of `workers` (a whole mesh or a slice) does its share. Wait at most `timeout`
+    # Every worker of `workers` (a whole mesh or a slice, of any dimensions) does its share. Wait at most `timeout`
     # seconds: a worker that never answers must not hang the caller.
     partial_sums = workers.sum_my_share.call(numbers).get(timeout=timeout)
     return sum(partial_sums.values())

@@ -37,7 +37,8 @@ def workers(chapter, procs):
 #       -> test_call_reaches_every_actor_in_its_own_process
 #   - spawn_coords is where the actor was spawned, whatever view the message comes through
 #       -> test_a_slice_renumbers_the_message_not_the_actor, test_spawning_on_a_slice_of_the_proc_mesh_uses_only_those_processes
-#   - message_coords and message_size are the message's view: a slice renumbers them (a dimension of size 1 stays)
+#   - message_coords and message_size are the message's view: a slice renumbers them (a dimension of size 1 stays;
+#     one actor picked by index leaves none: {} and {})
 #       -> test_a_slice_renumbers_the_message_not_the_actor, test_call_one_needs_exactly_one_actor
 #   - on a mesh of two dimensions both name every dimension
 #       -> test_coordinates_and_size_name_every_dimension_of_a_two_dimensional_mesh
@@ -92,6 +93,10 @@ def test_coordinates_and_size_name_every_dimension_of_a_two_dimensional_mesh(wor
 def test_call_one_needs_exactly_one_actor(workers):
     me = workers.slice(procs=3).whoami.call_one().get(timeout=TIMEOUT)
     assert me["spawn_coords"] == {"procs": 3}
+    assert (me["message_coords"], me["message_size"]) == ({}, {}), (
+        f"through workers.slice(procs=3), one actor picked by index, the message saw {me['message_coords']} of "
+        f"{me['message_size']}: that view has no dimension left, so current_rank() and current_size() are empty "
+        "({} and {}). Report them as they are, whatever they hold")
     with pytest.raises(ValueError, match="exactly 1 actor"):
         workers.whoami.call_one()
 
@@ -160,7 +165,7 @@ def test_a_crashed_process_fails_its_caller_and_spares_the_others(chapter, fresh
 # Contract, clause by clause (the test that holds each):
 #   - sums the squares of numbers[rank::size], rank and size as the message sees them
 #       -> test_each_rank_does_its_own_share_of_the_work
-#   - through a slice the shares split among the slice's own actors
+#   - through a slice the shares split among the slice's own actors (one actor picked by index: size 1, the whole list)
 #       -> test_a_slice_shares_the_work_among_its_own_actors
 #   - size is the product of every dimension (not one of them, not their sum): on 2-D meshes and their slices the shares cover the list exactly once
 #       -> test_shares_cover_the_list_exactly_once_on_a_mesh_of_two_dimensions
@@ -194,6 +199,14 @@ def test_a_slice_shares_the_work_among_its_own_actors(workers):
     assert [part for _, part in parts] == [squares(NUMBERS[r::3]) for r in range(3)], (
         "through a 3-actor slice, shares are numbers[rank::3] with the message's rank"
     )
+    try:
+        whole = workers.slice(procs=2).sum_my_share.call_one(NUMBERS).get(timeout=TIMEOUT)
+    except ActorError as error:
+        pytest.fail(f"sum_my_share failed through workers.slice(procs=2): {str(error)[-300:]}\nOne actor picked by "
+                    "index is a view with no dimension left: current_size() is {}, and the product of no sizes is 1")
+    assert whole == squares(NUMBERS), (
+        f"through workers.slice(procs=2), one actor picked by index, the share summed to {whole}: that view has no "
+        "dimension left, so the size is 1 (the product of no sizes) and the rank 0: the share is the whole list")
 
 
 def shares_on(view):
@@ -226,7 +239,7 @@ def test_shares_cover_the_list_exactly_once_on_a_mesh_of_two_dimensions(workers,
 
 # --- TODO 4: sum_of_squares ------------------------------------------------------------------------
 # Contract, clause by clause (the test that holds each):
-#   - calls every worker of the mesh or slice it is given and adds all their values, an exact int
+#   - calls every worker of the mesh or slice it is given (of any dimensions) and adds all their values, an exact int
 #       -> test_sum_of_squares_combines_the_value_mesh
 #   - an empty list sums to 0
 #       -> test_sum_of_squares_combines_the_value_mesh
@@ -236,12 +249,18 @@ def test_shares_cover_the_list_exactly_once_on_a_mesh_of_two_dimensions(workers,
 
 @pytest.mark.todo("sum_of_squares", "Worker.sum_my_share")
 def test_sum_of_squares_combines_the_value_mesh(chapter, workers):
-    for mesh, size in (workers, 4), (workers.slice(procs=slice(0, 3)), 3):
-        total = chapter.sum_of_squares(mesh, NUMBERS, TIMEOUT)
+    grid = workers.split(procs=("rows", "cols"), cols=2)
+    for mesh, size in (workers, 4), (workers.slice(procs=slice(0, 3)), 3), (grid, 4):
+        try:
+            total = chapter.sum_of_squares(mesh, NUMBERS, TIMEOUT)
+        except (KeyError, TypeError) as error:
+            pytest.fail(f"sum_of_squares on a mesh of dimensions {dict(mesh.sizes)} raised {error!r}: a mesh may have "
+                        "any dimensions; add up the ValueMesh's values, whatever their points")
         one_share = " (that is one worker's share: call every worker, and add every value)" \
             if total in [squares(NUMBERS[rank::size]) for rank in range(size)] else ""
         assert total == squares(NUMBERS), (
-            f"sum_of_squares over {size} workers of 1..100 gave {total!r}, not {squares(NUMBERS)}{one_share}")
+            f"sum_of_squares over {size} workers ({dict(mesh.sizes)}) of 1..100 gave {total!r}, not "
+            f"{squares(NUMBERS)}{one_share}")
     assert chapter.sum_of_squares(workers, [], TIMEOUT) == 0
     big = [2**31 + 1, 3, 2**30]
     total = chapter.sum_of_squares(workers, big, TIMEOUT)

@@ -91,13 +91,16 @@ def echo_here():
 
 # --- TODO 1: Service.next_replica ---
 # Contract, clause by clause (the test that holds each):
-#   1. the first healthy replica at or after the cursor, wrapping around   -> test_next_replica_goes_round_robin_over_the_healthy_ones
+#   1. the first healthy replica at or after the cursor, wrapping around   -> test_next_replica_goes_round_robin_over_the_healthy_ones,
+#                                                                              test_the_search_starts_at_the_cursor_and_sees_each_replica_now_in_its_place
 #   2. unhealthy replicas are skipped                                       -> test_next_replica_goes_round_robin_over_the_healthy_ones
 #   3. replicas in `exclude` are skipped                                    -> test_next_replica_goes_round_robin_over_the_healthy_ones
 #   4. None when no healthy replica is left outside `exclude`               -> test_next_replica_goes_round_robin_over_the_healthy_ones
 #   5. the cursor moves just past the replica returned (not one step on from where it was)
 #                                                                           -> test_next_replica_goes_round_robin_over_the_healthy_ones,
 #                                                                              test_round_robin_resumes_after_a_skip
+#   6. self.cursor and self.replicas are read at each call: a cursor set from outside, a replacement at an index
+#                                                                           -> test_the_search_starts_at_the_cursor_and_sees_each_replica_now_in_its_place
 
 
 @pytest.mark.todo("Service.next_replica")
@@ -128,6 +131,24 @@ def test_next_replica_goes_round_robin_over_the_healthy_ones(four):
 def test_round_robin_resumes_after_a_skip(four):
     assert four.next_replica(exclude={0, 1}).index == 2
     assert [four.next_replica().index for _ in range(5)] == [3, 0, 1, 2, 3], "the next pick starts after 2"
+
+
+@pytest.mark.todo("Service.next_replica")
+def test_the_search_starts_at_the_cursor_and_sees_each_replica_now_in_its_place(chapter, plumbing):
+    """next_replica reads self.cursor and self.replicas afresh at every call: a cursor set by someone else
+    (sessions, a reset) is where it starts, and a replacement put at an index is what it finds there."""
+    service = service_here(chapter, plumbing, [echo_here() for _ in range(3)])
+    service.cursor = 2
+    picked = service.next_replica().index
+    assert picked == 2, f"with self.cursor set to 2, next_replica returned replica {picked}: start at self.cursor"
+    old = service.replicas[1]
+    old.healthy = False
+    service.replicas[1] = plumbing.Replica(1, None, echo_here(), generation=2)  # recovery replaced it
+    found = [service.next_replica() for _ in range(3)]
+    assert [r.index for r in found] == [0, 1, 2] and found[1] is service.replicas[1], (
+        f"replica 1 was replaced by a healthy one, and next_replica then returned {[r.index for r in found]}"
+        f"{' (the old, dead replica 1)' if found[1] is old else ''}: look in self.replicas at each call (an "
+        "iterator made once keeps the replicas of that time), so the replacement takes its turn")
 
 
 # --- TODO 2: Service.mark_unhealthy ---
@@ -231,6 +252,7 @@ def test_a_report_about_a_replica_no_longer_in_the_service_changes_nothing(chapt
 # Contract, clause by clause (the test that holds each):
 #   1. the reply of the first replica that answers comes back; requests spread round robin
 #                                                                           -> test_requests_spread_evenly
+#  12. any reply is a reply, one that is false too (None, 0, "", {})   -> test_a_reply_that_looks_false_is_still_a_reply
 #   2. a death is retried on another replica, and costs no request          -> test_a_replica_killed_mid_stream_costs_no_request_and_comes_back,
 #                                                                              test_many_requests_in_flight_survive_kills
 #   3. an endpoint error goes back to the caller, unretried (the ActorError itself) -> test_an_endpoint_error_goes_back_to_the_caller_unretried
@@ -356,6 +378,21 @@ def test_an_endpoint_error_goes_back_to_the_caller_unretried(chapter, four, modu
         f"{snapshot['replica_failures']}, healthy {snapshot['healthy']}; expected 0, 0 and all healthy: the error is "
         "the request's, not the replica's, so it goes back unretried, and retries count only tries after the first")
     assert (snapshot["requests"], snapshot["ok"], snapshot["failed"]) == (1, 0, 0), "not a ServiceUnavailable"
+
+
+@pytest.mark.todo("Service.route")
+def test_a_reply_that_looks_false_is_still_a_reply(chapter, plumbing):
+    """None, 0, "" and {} are answers like any other: the first try returns them, and nothing is marked."""
+    service = service_here(chapter, plumbing, [StandIn(handle=lambda x: x) for _ in range(2)], call_timeout=5.0)
+    for value in (0, None, "", {}):
+        reply = run_on_virtual_clock(service.route("handle", value))
+        assert reply == value and type(reply) is type(value), (
+            f"the replica answered {value!r}, and route returned {reply!r}: a reply is a reply, even one that is false")
+    snapshot = service.snapshot()
+    assert (snapshot["retries"], snapshot["replica_failures"], snapshot["healthy"]) == (0, 0, [True, True]), (
+        f"four requests answered {0, None, '', {}} at their first try: retries {snapshot['retries']}, replica_failures "
+        f"{snapshot['replica_failures']}, healthy {snapshot['healthy']}; a reply that is false is still a success "
+        "(only a death or a timeout marks a replica)")
 
 
 @pytest.mark.todo("Service.route")

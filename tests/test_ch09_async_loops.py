@@ -2,6 +2,7 @@
 
 import asyncio
 import time
+import types
 
 import pytest
 import torch
@@ -192,7 +193,8 @@ def test_put_wakes_every_waiter_not_just_one(chapter):
 #                                                                      -> test_sample_hands_out_the_oldest_groups_once
 #   2. groups too stale for the learner's version are dropped into ledger.dropped_stale, even by a sample that
 #      then answers None                                               -> test_sample_drops_groups_that_went_stale_while_waiting,
-#                                                                         test_a_sample_that_times_out_still_drops_what_is_stale
+#                                                                         test_a_sample_that_times_out_still_drops_what_is_stale,
+#                                                                         test_the_ledger_keeps_every_group_dropped
 #   3. also those that turn stale while it waits (checked on every wake)
 #                                                                      -> test_groups_that_turn_stale_while_sample_waits_are_dropped
 #   4. self.learner_version takes the larger of the two: it never goes down -> test_the_learner_version_never_goes_down
@@ -200,7 +202,8 @@ def test_put_wakes_every_waiter_not_just_one(chapter):
 #   5. a waiting sample lets puts through (it gives up the lock while it waits), and a put wakes it
 #                                                                      -> test_a_waiting_sample_does_not_block_puts
 #   6. None when `count` groups do not come within the caller's timeout (the caller's, not a default)
-#                                                                      -> test_sample_gives_none_when_nothing_comes_within_the_callers_timeout
+#                                                                      -> test_sample_gives_none_when_nothing_comes_within_the_callers_timeout,
+#                                                                         test_a_timeout_of_zero_gives_up_at_once
 #   7. that timeout counts from the call, in all: arrivals that wake it while too few do not restart it
 #                                                                      -> test_a_sample_waits_its_timeout_in_all_however_often_arrivals_wake_it
 #   8. a cancelled wait is no timeout: the cancel goes on up, never answered as None
@@ -391,6 +394,43 @@ def test_a_sample_waits_its_timeout_in_all_however_often_arrivals_wake_it(chapte
 
 
 @pytest.mark.todo("ReplayBuffer.sample")
+def test_a_timeout_of_zero_gives_up_at_once(chapter):
+    buffer = chapter.ReplayBuffer(1)  # in this process, on a virtual clock: no real time passes
+
+    async def timed_sample():
+        answer = await here(buffer, "sample")(1, 0, 0.0)
+        return answer, asyncio.get_running_loop().time()
+
+    try:
+        answer, at = run_on_virtual_clock(timed_sample())
+    except StuckForever:
+        pytest.fail("sample(1, 0, timeout=0.0) on an empty buffer never answered: 0 s is the caller's timeout too")
+    assert (answer, at) == (None, pytest.approx(0.0)), (
+        f"sample(1, 0, timeout=0.0) on an empty buffer answered {answer!r} at t={at:g} s, not None at t=0: a timeout "
+        "of 0 is the caller's timeout like any other (0.0 is false: ask whether a value is None, never whether it "
+        "is true)")
+
+
+@pytest.mark.todo("ReplayBuffer.sample")
+def test_the_ledger_keeps_every_group_dropped(chapter):
+    buffer = chapter.ReplayBuffer(1)
+
+    async def two_samples_that_drop():
+        for name, version in [("a", 0), ("b", 3)]:
+            await here(buffer, "put")(group(chapter, name, version))
+        first = await here(buffer, "sample")(1, 3, 1.0)  # drops a (lag 3), hands out b
+        for name, version in [("c", 3), ("d", 6)]:
+            await here(buffer, "put")(group(chapter, name, version))
+        second = await here(buffer, "sample")(1, 6, 1.0)  # drops c (lag 3), hands out d
+        return ids(first), ids(second)
+
+    assert run_on_virtual_clock(two_samples_that_drop()) == (["b"], ["d"])
+    assert buffer.ledger.dropped_stale == ["a", "c"], (
+        f"two samples each dropped one stale group (a, then c); ledger.dropped_stale is {buffer.ledger.dropped_stale}: "
+        "the ledger keeps every id ever dropped, so add to the list (a new list each time loses the earlier ones)")
+
+
+@pytest.mark.todo("ReplayBuffer.sample")
 def test_a_cancelled_sample_is_cancelled_not_none(chapter):
     buffer = chapter.ReplayBuffer(1)  # in this process: its code alone
 
@@ -417,7 +457,8 @@ def test_a_cancelled_sample_is_cancelled_not_none(chapter):
 #                                                        -> test_the_training_loop_asks_for_the_current_version_and_retries_when_nothing_came
 #      steps=0 is none: nothing sampled, nothing trained, stop set  -> test_zero_steps_sample_and_train_nothing
 #   3. every call (sample, train) is awaited at most TIMEOUT; one with no answer by then ends the run (TimeoutError)
-#                                                        -> test_the_training_loop_waits_for_each_call_at_most_TIMEOUT
+#                                                        -> test_the_training_loop_waits_for_each_call_at_most_TIMEOUT,
+#                                                           test_a_run_may_last_longer_than_TIMEOUT_when_every_call_answers_in_time
 #   4. stop is set when the steps are done                -> test_the_training_loop_asks_for_the_current_version_and_retries_when_nothing_came
 #   5. stop is set when training fails                    -> test_the_training_loop_sets_stop_even_when_training_fails
 #   6. stop is set when the loop is cancelled (a cancellation is no Exception) -> test_a_cancelled_training_loop_still_sets_stop
@@ -508,6 +549,44 @@ def test_the_training_loop_waits_for_each_call_at_most_TIMEOUT(chapter, silent):
         f"({chapter.TIMEOUT:g} s); it {'returned' if gave_up_at is None else f'gave up at {gave_up_at:g} s'}")
     with checking("continuous_training", hint=4):
         assert stop.is_set(), "a timeout ended training: stop must be set all the same"
+
+
+class AfterAWhile:
+    """An endpoint that answers fn(*args) `seconds` after each call (on the test's clock)."""
+
+    def __init__(self, seconds, fn):
+        self.seconds, self.fn, self.calls = seconds, fn, []
+
+    def call_one(self, *args):
+        self.calls.append(args)
+        return self._answer(args)
+
+    async def _answer(self, args):
+        await asyncio.sleep(self.seconds)
+        return self.fn(*args)
+
+
+@pytest.mark.todo("continuous_training")
+def test_a_run_may_last_longer_than_TIMEOUT_when_every_call_answers_in_time(chapter):
+    """Four steps whose calls each take 0.4 * TIMEOUT (on a virtual clock): the run lasts 3.2 * TIMEOUT, and
+    no call waits past TIMEOUT. TIMEOUT bounds each call, not the whole run."""
+    step = 0.4 * chapter.TIMEOUT
+    buffer = types.SimpleNamespace(sample=AfterAWhile(step, lambda count, version, timeout=None: ["g"]))
+    learner = types.SimpleNamespace(train=AfterAWhile(step, lambda batch: {"version": len(learner.train.calls)}))
+    stop = asyncio.Event()
+
+    async def scenario():
+        try:
+            results = await chapter.continuous_training(learner, buffer, 4, 1, stop)
+        except TimeoutError:
+            return "TimeoutError", asyncio.get_running_loop().time()
+        return len(results), asyncio.get_running_loop().time()
+
+    outcome, at = run_on_virtual_clock(scenario())
+    assert (outcome, at) == (4, pytest.approx(8 * step)), (
+        f"four steps whose every call answered in 0.4 * TIMEOUT ended with {outcome} at t={at / chapter.TIMEOUT:g} * "
+        "TIMEOUT, not 4 results at 3.2 * TIMEOUT: TIMEOUT bounds each call (sample, train) on its own, not the whole "
+        "run, which lasts as long as its steps take")
 
 
 @pytest.mark.todo("continuous_training")

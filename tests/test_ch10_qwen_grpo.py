@@ -133,6 +133,7 @@ def test_advantages_on_random_groups(chapter):
 #   9. both stats are Python floats                        -> test_the_stats_are_python_floats
 #  10. values and gradients on many random batches, clip 0.05 to 0.3, kl_coef 0 to 2
 #                                                          -> test_grpo_loss_on_random_batches
+#  11. the inputs stay as they were                       -> test_grpo_loss_leaves_its_inputs_as_they_were
 
 
 def one_token(ratio, advantage):
@@ -295,6 +296,24 @@ def test_grpo_loss_on_random_batches(chapter):
             f"{where}: the gradient wrt logps is off by up to "
             f"{worst(logps.grad if logps.grad is not None else torch.zeros(1), case['grad']):.6f}: it flows through "
             "the unclipped tokens' ratio and through the KL term, never through old_logps or padding")
+
+
+@pytest.mark.todo("grpo_loss")
+def test_grpo_loss_leaves_its_inputs_as_they_were(chapter):
+    torch.manual_seed(10)
+    inputs = {"logps": (torch.randn(3, 4) - 1).requires_grad_(), "old_logps": torch.randn(3, 4) - 1,
+              "advantages": torch.tensor([0.5, -1.0, 2.0]),
+              "mask": torch.tensor([[1.0] * 4, [1.0, 1.0, 0, 0], [1.0, 0, 0, 0]]),
+              "ref_logps": torch.randn(3, 4) - 1}
+    before = {key: value.detach().clone() for key, value in inputs.items()}
+    loss, _ = chapter.grpo_loss(**inputs, clip=0.2, kl_coef=0.1)
+    loss.backward()
+    changed = [key for key in before if not (before[key].shape == inputs[key].shape
+                                              and torch.equal(before[key], inputs[key].detach()))]
+    assert not changed, (
+        f"grpo_loss changed its caller's {', '.join(changed)}: an in-place operation (unsqueeze_, mul_, clamp_, ...) "
+        "on an input rewrites the caller's tensor (the trainer logs the advantages and reuses them). The inputs "
+        "stay as they were: use the out-of-place forms")
 
 
 # --- TODO 3: response_token_logprobs -----------------------------------------------------------

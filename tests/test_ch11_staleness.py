@@ -58,6 +58,8 @@ def worst(actual, expected) -> float:
 #   7. all of it on random batches, caps None, 0.8, 1.5, 2, 5  -> test_importance_weights_on_random_batches
 #   8. tokens unlikely under both policies (log-probabilities near -200, whose exp is 0 in float32) weigh by
 #      the difference of their log-probabilities, finite          -> test_unlikely_tokens_weigh_by_their_log_probabilities
+#   9. a cap of 0 caps every weight at 0 (only None is no cap)  -> test_weights_are_the_probability_ratio_capped
+#  10. the inputs stay as they were                            -> test_the_inputs_stay_as_they_were
 
 
 @pytest.mark.todo("truncated_importance_weights")
@@ -74,6 +76,10 @@ def test_weights_are_the_probability_ratio_capped(chapter):
     capped = chapter.truncated_importance_weights(PROXIMAL, BEHAVIOUR, MASK, cap=2.0)
     assert close(capped, [[1.0, E ** 0.5, E ** -1], [1.0, 2.0, 0.0]]), "4.4817 is capped at 2; small weights stay"
     assert capped[1, 2] == 0.0, "padding weighs exactly 0, even where the raw ratio is e^3"
+    zero = chapter.truncated_importance_weights(PROXIMAL, BEHAVIOUR, MASK, cap=0.0)
+    assert close(zero, torch.zeros(2, 3)), (
+        f"cap=0.0: weights {zero.tolist()}, expected all 0: a cap of 0 caps every weight at 0. Only None means no "
+        "cap: ask whether cap is None, not whether it is true (0.0 is false)")
 
 
 @pytest.mark.todo("truncated_importance_weights")
@@ -175,6 +181,7 @@ def test_padding_does_not_count(chapter):
 #                                                              test_decoupled_ppo_loss_with_weights_on_random_batches
 #  10. r from the difference of log-probabilities: finite for tokens unlikely under both policies
 #                                                           -> test_the_ratio_of_unlikely_tokens_is_finite
+#  11. the inputs stay as they were                         -> test_the_inputs_stay_as_they_were
 
 
 def current_logps():
@@ -436,6 +443,7 @@ def test_admission_wastes_nothing_where_chapter_09_drops(chapter, plumbing):
 #   6. no gradient flows through the weights                         -> test_masked_weights_carry_no_gradient
 #   7. all of it on random batches, bands [0.5, 2] [0.8, 1.25] [0.2, 5] [0, 3] [1, 1.5] [0.6, 1]
 #                                                                    -> test_masked_weights_on_random_batches
+#   8. the inputs stay as they were                                  -> test_the_inputs_stay_as_they_were
 
 
 @pytest.mark.todo("masked_importance_weights")
@@ -516,6 +524,42 @@ def test_masked_weights_on_random_batches(chapter):
             f"expected {case['expected']}{padding}")
 
 
+def _call_with_inputs_kept(chapter, name):
+    """Call the TODO `name` on fresh inputs (padding at -inf, gradients on); answer its inputs before and after."""
+    torch.manual_seed(11)
+    logps = (torch.randn(3, 5) - 1).requires_grad_()
+    proximal, behaviour = torch.randn(3, 5) - 1, torch.randn(3, 5) - 1
+    mask = torch.tensor([[1.0] * 5, [1.0] * 3 + [0.0] * 2, [1.0] + [0.0] * 4])
+    proximal[mask == 0], behaviour[mask == 0] = -math.inf, -math.inf
+    advantages = torch.tensor([0.5, -1.0, 2.0])
+    if name == "truncated_importance_weights":
+        inputs = {"proximal_logps": proximal, "behaviour_logps": behaviour, "mask": mask}
+        call = lambda: chapter.truncated_importance_weights(*inputs.values(), cap=None)  # noqa: E731
+    elif name == "masked_importance_weights":
+        inputs = {"proximal_logps": proximal, "behaviour_logps": behaviour, "mask": mask}
+        call = lambda: chapter.masked_importance_weights(*inputs.values(), low=0.25, high=4.0)  # noqa: E731
+    else:
+        inputs = {"logps": logps, "proximal_logps": proximal, "behaviour_logps": behaviour,
+                  "advantages": advantages, "mask": mask}
+        call = lambda: chapter.decoupled_ppo_loss(*inputs.values(), clip=0.2, cap=None)[0].backward()  # noqa: E731
+    before = {key: value.detach().clone() for key, value in inputs.items()}
+    call()
+    return before, inputs
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(name, marks=pytest.mark.todo(name))
+    for name in ("truncated_importance_weights", "decoupled_ppo_loss", "masked_importance_weights")])
+def test_the_inputs_stay_as_they_were(chapter, name):
+    before, after = _call_with_inputs_kept(chapter, name)
+    changed = [key for key in before if not (before[key].shape == after[key].shape
+                                              and torch.equal(before[key], after[key].detach()))]
+    assert not changed, (
+        f"{name} changed its caller's {', '.join(changed)}: an in-place operation (masked_fill_, clamp_, sub_, "
+        "unsqueeze_, ...) on an input, or on a view of one (.detach() shares its storage), rewrites the caller's "
+        "tensor. The inputs stay as they were: work on new tensors (the out-of-place forms)")
+
+
 # --- The lab -------------------------------------------------------------------------------------
 
 
@@ -555,3 +599,4 @@ def test_a_short_mismatch_sweep_measures_the_mismatch_and_writes_its_data(plumbi
     assert all(r["mean_abs_log_ratio"] > 0.1 and r["outside_band"] > 0.0 for r in noisy), (
         "logit noise of 1 nat: the trainer and the sampler disagree on every token, and some leave the band")
     assert "outside band" in plumbing.mismatch_table(report)
+
