@@ -378,3 +378,18 @@ MUTANTS += [
         return None
 '''),
 ]
+
+# The eleventh independent set (language and library pitfalls) found this one; it now has a clause test.
+MUTANTS += [
+    Mutant("WeightPublisher.publish", "hands staging.start to an executor: the copy may start after publish "
+           "answers, even after wait_staged() (breaks: publish calls start itself, before it answers)", '''
+    slot = await asyncio.wait_for(self.store.claim.call_one(), self.timeout)
+    if slot is None:
+        self.skipped += 1
+        return None
+    # the copy is big: keep it off the event loop
+    asyncio.get_running_loop().run_in_executor(None, self.staging.start, state_dict, slot, version)
+    self.version = version
+    return version
+'''),
+]

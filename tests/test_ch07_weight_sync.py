@@ -226,6 +226,8 @@ def test_a_lease_exactly_the_timeout_old_still_holds(chapter, monkeypatch):
 #                                                                 -> test_publish_awaits_the_store_and_never_blocks_the_trainers_loop
 #   5. publish answers while the copy still runs; the commit comes when the copy is done
 #                                                                 -> test_publish_returns_while_the_copy_still_runs
+#   8. publish calls staging.start itself, on the caller's thread, before it answers
+#                                                                 -> test_publish_starts_the_copy_itself_before_it_answers
 #   6. a refused publish (version not newer, other shapes) changes nothing -> test_versions_only_increase
 #   7. a skipped last version still goes out once a slot frees    -> test_a_last_version_skipped_for_busy_slots_still_goes_out
 
@@ -326,6 +328,45 @@ def test_publish_awaits_the_store_and_never_blocks_the_trainers_loop(chapter):
         publisher.staging.close()
     assert (answer, publisher.skipped, len(store.claim.calls)) == (None, 1, 1), (
         "one claim, answered None: publish skips (answers None, counts self.skipped)")
+
+
+@pytest.mark.todo("WeightPublisher.publish")
+def test_publish_starts_the_copy_itself_before_it_answers(chapter):
+    """staging.start is called by publish itself, on the trainer's thread, before publish answers: the trainer
+    may change its weights right after wait_staged(), which only waits for a copy already started. A start
+    handed to another thread could begin later, and copy weights that have moved on."""
+    import threading
+
+    store = AwaitedStandIn(register=lambda layout, offers: None, claim=lambda: 0)  # slot 0 is free
+    publisher = chapter.WeightPublisher({"w": torch.zeros(8)}, store, timeout=5.0)
+    publisher.staging.close()
+    starts = []
+
+    class Staging:  # stands in for the background copy: records where and when start was called
+        offers = []
+
+        def check_matches(self, state_dict):
+            pass
+
+        async def finish(self):
+            pass
+
+        def start(self, state_dict, slot, version):
+            starts.append((threading.get_ident(), slot, version))
+
+    publisher.staging = Staging()
+
+    async def publish_then_look():
+        answer = await publisher.publish({"w": torch.zeros(8)}, version=1)
+        return answer, list(starts)
+
+    answer, started_by_then = run_on_virtual_clock(publish_then_look())
+    assert answer == 1, f"slot 0 was free, and publish answered {answer!r}: it answers the version it publishes"
+    assert started_by_then == [(threading.get_ident(), 0, 1)], (
+        f"when publish answered, staging.start had been called {started_by_then or 'not at all'} (thread, slot, "
+        "version): call it in publish itself, a plain call on this thread, before answering. It returns at once "
+        "(the copy runs in the background); handed to an executor it may start after wait_staged(), and copy "
+        "weights the trainer has changed since")
 
 
 @pytest.mark.todo("WeightPublisher.publish")
