@@ -63,8 +63,8 @@ def truncated_importance_weights(proximal_logps: torch.Tensor, behaviour_logps: 
     # The weights are a constant of the loss: no gradient flows through them, even when an input
     # carries one. cap=None means no cap (None only: a cap of 0 caps every weight at 0). Padding weighs
     # exactly 0 whatever its log-probabilities hold (-inf included, where the ratio is inf or nan). A real
-    # token's weight is finite, even for a token both policies find very unlikely (log-probabilities near
-    # -200). The inputs stay as they were.
+    # token both policies find very unlikely (log-probabilities near -200) still gets its true, finite
+    # weight. The inputs stay as they were.
     raise NotImplementedError("TODO(ch11): each token's importance weight, proximal over behaviour, capped at `cap`; 0 on padding")
 
 
@@ -95,8 +95,9 @@ def decoupled_ppo_loss(logps: torch.Tensor, proximal_logps: torch.Tensor, behavi
     # over responses): "clip_fraction" of r outside [1 - clip, 1 + clip] (0.0 without a clip),
     # "mean_weight" of w; and "ess", the effective_sample_size of w. The caller's clip and cap (None
     # included) are the ones used. Padding counts nothing, whatever its log-probabilities hold (-inf
-    # too): never NaN, in the loss or its gradient; a response of padding only counts 0. Stats: Python floats.
-    # The inputs stay as they were.
+    # too): never NaN, in the loss or its gradient; a response of padding only adds 0 to the mean over
+    # responses (it is still one of them, as in masked_mean). Stats: Python floats. The inputs stay as they
+    # were.
     raise NotImplementedError("TODO(ch11): w * PPO's clipped objective against the proximal policy; its negative masked mean")
 
 

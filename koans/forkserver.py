@@ -266,8 +266,12 @@ def _become_monarch_process(conn: socket.socket, received: list[int], request: d
         _die_with_launcher(conn, whole_group=True)
         import pytest
 
-        sys.argv = ["pytest", *request["pytest"]]
-        sys.exit(pytest.main(request["pytest"]))
+        # The zygote imported pytest's plugins' modules already (anyio, through transformers): pytest says
+        # it cannot rewrite their asserts. They are not the tests, whose asserts it does rewrite.
+        args = ["-W", "ignore:Module already imported so cannot be rewritten:pytest.PytestAssertRewriteWarning",
+                *request["pytest"]]
+        sys.argv = ["pytest", *args]
+        sys.exit(pytest.main(args))
     sys.argv = [BOOTSTRAP_MODULE]
     _die_with_launcher(conn)
 

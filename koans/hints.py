@@ -206,8 +206,9 @@ HINTS: dict[str, dict[str, tuple[str, ...]]] = {
             "Wait on the condition for a predicate that drops stale groups and counts what is left.",
             "self.learner_version = max(self.learner_version, learner_version); a helper enough() moves stale "
             "groups to ledger.dropped_stale and returns len(self.groups) >= count.",
-            "async with self.arrived: await asyncio.wait_for(self.arrived.wait_for(enough), timeout) "
-            "(TimeoutError: return None); then batch = self.groups[:count], keep the rest.",
+            "async with asyncio.timeout(timeout), self.arrived: await self.arrived.wait_for(enough) "
+            "(TimeoutError: return None; asyncio.wait_for(..., 0) would give up before looking); then "
+            "batch = self.groups[:count], keep the rest.",
         ),
         "continuous_training": (
             "Ask the buffer against the learner's version: 0 before the first step, then the version the last "

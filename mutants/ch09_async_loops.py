@@ -409,3 +409,28 @@ MUTANTS += [
     return results
 '''),
 ]
+
+# The twelfth independent set (blind learners) found that a timeout of 0 never looked at groups already there:
+# asyncio.wait_for(..., 0) gives up before its coroutine starts (Python 3.11). The reference was that answer.
+MUTANTS += [
+    Mutant("ReplayBuffer.sample", "asyncio.wait_for around the condition's wait: with a timeout of 0 it gives up "
+           "before looking, so groups already there are not handed out (breaks: handed out at once, whatever the "
+           "timeout)", '''
+    self.learner_version = max(self.learner_version, learner_version)
+
+    def enough() -> bool:
+        stale = [g for g in self.groups if self._too_stale(g)]
+        self.ledger.dropped_stale += [g.id for g in stale]
+        self.groups[:] = [g for g in self.groups if not self._too_stale(g)]
+        return len(self.groups) >= count
+
+    try:
+        async with self.arrived:
+            await asyncio.wait_for(self.arrived.wait_for(enough), timeout)
+    except TimeoutError:
+        return None
+    batch, self.groups[:] = self.groups[:count], self.groups[count:]
+    self.ledger.trained += [g.id for g in batch]
+    return batch
+'''),
+]

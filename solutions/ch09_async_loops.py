@@ -93,10 +93,10 @@ class ReplayBuffer(Actor):
         # >>> TODO(ch09): drop what went stale, wait for `count` fresh groups, hand out the oldest ones once
         # self.learner_version becomes learner_version (it never goes down). Groups too stale for it are
         # dropped into self.ledger.dropped_stale, also those that turn stale while you wait. Wait at most
-        # `timeout` seconds (0 too) in all for `count` groups, woken by self.arrived (answer None if they don't come;
-        # a cancel is not that: let it through): the time counts from the call, and a wake-up that leaves
-        # you short does not restart it.
-        # Hand out the oldest `count`, each once, and add their ids to self.ledger.trained.
+        # `timeout` seconds (0 too) in all for `count` groups, woken by self.arrived (answer None if they don't
+        # come; a cancel is not that: let it through): the time counts from the call, and a wake-up that
+        # leaves you short does not restart it. Groups already there are handed out at once, whatever the
+        # timeout. Hand out the oldest `count`, each once, and add their ids to self.ledger.trained.
         self.learner_version = max(self.learner_version, learner_version)
 
         def enough() -> bool:
@@ -106,8 +106,10 @@ class ReplayBuffer(Actor):
             return len(self.groups) >= count
 
         try:
-            async with self.arrived:
-                await asyncio.wait_for(self.arrived.wait_for(enough), timeout)
+            # asyncio.timeout, not wait_for: on Python 3.11, wait_for(..., 0) gives up before its
+            # coroutine even starts, so groups already there would never be looked at
+            async with asyncio.timeout(timeout), self.arrived:
+                await self.arrived.wait_for(enough)
         except TimeoutError:
             return None
         batch, self.groups[:] = self.groups[:count], self.groups[count:]

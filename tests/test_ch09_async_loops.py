@@ -208,6 +208,8 @@ def test_put_wakes_every_waiter_not_just_one(chapter):
 #                                                                      -> test_a_sample_waits_its_timeout_in_all_however_often_arrivals_wake_it
 #   8. a cancelled wait is no timeout: the cancel goes on up, never answered as None
 #                                                                      -> test_a_cancelled_sample_is_cancelled_not_none
+#   9. groups already there are handed out at once, whatever the timeout (0 too)
+#                                                                      -> test_groups_already_there_are_handed_out_whatever_the_timeout
 
 
 @pytest.mark.todo("ReplayBuffer.sample")
@@ -447,6 +449,23 @@ def test_a_cancelled_sample_is_cancelled_not_none(chapter):
     assert outcome == "cancelled", (
         f"a sample cancelled while it waited answered {outcome!r}: a cancel is no timeout. Catch the timeout alone "
         "(None: the groups did not come in time), and let asyncio.CancelledError go on up to whoever cancelled")
+
+
+@pytest.mark.todo("ReplayBuffer.sample")
+def test_groups_already_there_are_handed_out_whatever_the_timeout(chapter):
+    buffer = chapter.ReplayBuffer(1)
+
+    async def scenario():
+        for name in ("a", "b"):
+            await here(buffer, "put")(group(chapter, name, 0))
+        return await here(buffer, "sample")(2, 0, 0.0)
+
+    answer = run_on_virtual_clock(scenario())
+    assert answer is not None and ids(answer) == ["a", "b"], (
+        f"two fresh groups were there when sample(2, 0, timeout=0.0) was called, and it answered {answer!r}: groups "
+        "already there need no waiting, so they are handed out at once, whatever the timeout. (On Python 3.11, "
+        "asyncio.wait_for(..., 0) gives up before its coroutine even starts: it never looks. asyncio.timeout() "
+        "around the wait lets it look first.)")
 
 
 # --- TODO 3: continuous_training ---
