@@ -45,8 +45,8 @@ class Worker(Actor):
         message_coords / message_size: how the current message addresses it.
         """
         # The three coordinate entries are plain dicts, e.g. {"procs": 2}; message_size is {"procs": 4}
-        # for a call to the whole mesh and {"procs": 2} for a call through a 2-actor slice; through one actor
-        # picked by index (workers.slice(procs=3)) no dimension is left: message_coords and message_size are {}.
+        # for a call to the whole mesh and {"procs": 2} for a call through a 2-actor slice. Through one actor
+        # picked by index (workers.slice(procs=3)) no dimension is left: both are {}.
         raise NotImplementedError("TODO(ch02): return spawn and message coordinates, the message's mesh size and the pid")
 
     @endpoint
@@ -77,7 +77,7 @@ def spawn_workers(procs: ProcMesh) -> Worker:
 
 def sum_of_squares(workers: Worker, numbers: list[int], timeout: float = 60) -> int:
     """Sum of x*x over `numbers`, computed in parallel by every worker in the mesh."""
-    # Every worker of `workers` (a whole mesh or a slice, of any dimensions) does its share. Wait at most
+    # Every worker of `workers` (a whole mesh or a slice, with any number of dimensions) does its share. Wait at most
     # `timeout` seconds: a worker that never answers must not hang the caller.
     raise NotImplementedError("TODO(ch02): call sum_my_share on every worker, wait for the ValueMesh, add up its values")
 

@@ -82,10 +82,10 @@ class ReplayBuffer(Actor):
     @concurrent_endpoint
     async def sample(self, count: int, learner_version: int, timeout: float = TIMEOUT / 2) -> list[Group] | None:
         """The `count` oldest groups within max_lag of `learner_version`; None if they don't come in time."""
-        # self.learner_version becomes learner_version (it never goes down). Groups too stale for it are
-        # dropped into self.ledger.dropped_stale, also those that turn stale while you wait. Wait at most
-        # `timeout` seconds (0 too) in all for `count` groups, woken by self.arrived (answer None if they don't
-        # come; a cancel is not that: let it through): the time counts from the call, and a wake-up that
+        # self.learner_version becomes learner_version (it never goes down). Groups too stale for it are dropped
+        # into self.ledger.dropped_stale, also those that turn stale while you wait. Wait at most `timeout`
+        # seconds in all (a timeout of 0 too) for `count` groups, woken by self.arrived (answer None if they
+        # don't come; a cancel is not that: let it through): the time counts from the call, and a wake-up that
         # leaves you short does not restart it. Groups already there are handed out at once, whatever the
         # timeout. Hand out the oldest `count`, each once, and add their ids to self.ledger.trained.
         raise NotImplementedError("TODO(ch09): drop what went stale, wait for `count` fresh groups, hand out the oldest ones once")

@@ -91,8 +91,8 @@ async def run_episode(policy, tools, task: VaultTask, prompt: VaultPrompt, limit
     episode = Episode(task.prompt_ids(prompt))
     # The sequence is only ever token ids: the policy's turns as sampled (their stop token too), the tools'
     # replies whole, as reply_ids gives them. Never re-encode text. A turn that is not a tool call is the
-    # answer: the episode ends ("answer"). It also ends after limits.max_turns policy turns ("turns", even with
-    # the budget spent then; the last turn's tool call is answered too), and before a turn when it holds
+    # answer: the episode ends ("answer"). It also ends after limits.max_turns policy turns ("turns", even if
+    # max_tokens is reached by then; the last turn's tool call is still answered), and before a turn when it holds
     # limits.max_tokens tokens or more after its prompt ("tokens"); a policy turn never has more than
     # limits.max_new tokens, nor more than the room left. Set episode.ended to the reason. The tool is asked for
     # what the policy's turn requests (task.parse). A failed tool call fails the episode (it raises; never an

@@ -411,7 +411,7 @@ MUTANTS += [
 ]
 
 # The twelfth independent set (blind learners) found that a timeout of 0 never looked at groups already there:
-# asyncio.wait_for(..., 0) gives up before its coroutine starts (Python 3.11). The reference was that answer.
+# asyncio.wait_for(..., 0) gives up before its coroutine starts. The reference was that answer.
 MUTANTS += [
     Mutant("ReplayBuffer.sample", "asyncio.wait_for around the condition's wait: with a timeout of 0 it gives up "
            "before looking, so groups already there are not handed out (breaks: handed out at once, whatever the "

@@ -98,7 +98,8 @@ class Service(ReplicaPool):
         """The next healthy replica in round-robin order, skipping `exclude`; None if there is none."""
         # >>> TODO(ch06): the first healthy replica at or after self.cursor, wrapping around, not in exclude
         # Move the cursor just past the replica you return (only then), so that the next call starts
-        # after it: with three healthy replicas, calls return 0, 1, 2, 0, 1, ...
+        # after it: with three healthy replicas, calls return 0, 1, 2, 0, 1, ... Read self.cursor and
+        # self.replicas as they are at each call (a replica may have been replaced since the last).
         count = len(self.replicas)
         for step in range(count):
             replica = self.replicas[(self.cursor + step) % count]

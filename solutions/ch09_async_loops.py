@@ -91,10 +91,10 @@ class ReplayBuffer(Actor):
     async def sample(self, count: int, learner_version: int, timeout: float = TIMEOUT / 2) -> list[Group] | None:
         """The `count` oldest groups within max_lag of `learner_version`; None if they don't come in time."""
         # >>> TODO(ch09): drop what went stale, wait for `count` fresh groups, hand out the oldest ones once
-        # self.learner_version becomes learner_version (it never goes down). Groups too stale for it are
-        # dropped into self.ledger.dropped_stale, also those that turn stale while you wait. Wait at most
-        # `timeout` seconds (0 too) in all for `count` groups, woken by self.arrived (answer None if they don't
-        # come; a cancel is not that: let it through): the time counts from the call, and a wake-up that
+        # self.learner_version becomes learner_version (it never goes down). Groups too stale for it are dropped
+        # into self.ledger.dropped_stale, also those that turn stale while you wait. Wait at most `timeout`
+        # seconds in all (a timeout of 0 too) for `count` groups, woken by self.arrived (answer None if they
+        # don't come; a cancel is not that: let it through): the time counts from the call, and a wake-up that
         # leaves you short does not restart it. Groups already there are handed out at once, whatever the
         # timeout. Hand out the oldest `count`, each once, and add their ids to self.ledger.trained.
         self.learner_version = max(self.learner_version, learner_version)
@@ -106,8 +106,8 @@ class ReplayBuffer(Actor):
             return len(self.groups) >= count
 
         try:
-            # asyncio.timeout, not wait_for: on Python 3.11, wait_for(..., 0) gives up before its
-            # coroutine even starts, so groups already there would never be looked at
+            # asyncio.timeout, not wait_for: wait_for(..., 0) gives up before its coroutine even
+            # starts, so groups already there would never be looked at
             async with asyncio.timeout(timeout), self.arrived:
                 await self.arrived.wait_for(enough)
         except TimeoutError:

@@ -101,9 +101,8 @@ def decoupled_ppo_loss(logps: torch.Tensor, proximal_logps: torch.Tensor, behavi
     # over responses): "clip_fraction" of r outside [1 - clip, 1 + clip] (0.0 without a clip),
     # "mean_weight" of w; and "ess", the effective_sample_size of w. The caller's clip and cap (None
     # included) are the ones used. Padding counts nothing, whatever its log-probabilities hold (-inf
-    # too): never NaN, in the loss or its gradient; a response of padding only adds 0 to the mean over
-    # responses (it is still one of them, as in masked_mean). Stats: Python floats. The inputs stay as they
-    # were.
+    # too): never NaN, in the loss or its gradient. A response that is all padding adds 0 to the mean over
+    # responses but still counts as one (as in masked_mean). Stats: Python floats. The inputs stay as they were.
     if weights is None:
         weights = truncated_importance_weights(proximal_logps, behaviour_logps, mask, cap)
     # r is taken only where mask is 1: exp(-inf - -inf) on padding is nan, and nan * 0 is nan, gradient too

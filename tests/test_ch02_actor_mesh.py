@@ -96,7 +96,7 @@ def test_call_one_needs_exactly_one_actor(workers):
     assert (me["message_coords"], me["message_size"]) == ({}, {}), (
         f"through workers.slice(procs=3), one actor picked by index, the message saw {me['message_coords']} of "
         f"{me['message_size']}: that view has no dimension left, so current_rank() and current_size() are empty "
-        "({} and {}). Report them as they are, whatever they hold")
+        "({} and {}). Report them as they are, even when empty")
     with pytest.raises(ValueError, match="exactly 1 actor"):
         workers.whoami.call_one()
 
@@ -255,7 +255,7 @@ def test_sum_of_squares_combines_the_value_mesh(chapter, workers):
             total = chapter.sum_of_squares(mesh, NUMBERS, TIMEOUT)
         except (KeyError, TypeError) as error:
             pytest.fail(f"sum_of_squares on a mesh of dimensions {dict(mesh.sizes)} raised {error!r}: a mesh may have "
-                        "any dimensions; add up the ValueMesh's values, whatever their points")
+                        "any dimensions; add up the ValueMesh's values, whatever their coordinates")
         one_share = " (that is one worker's share: call every worker, and add every value)" \
             if total in [squares(NUMBERS[rank::size]) for rank in range(size)] else ""
         assert total == squares(NUMBERS), (

@@ -135,8 +135,8 @@ def test_round_robin_resumes_after_a_skip(four):
 
 @pytest.mark.todo("Service.next_replica")
 def test_the_search_starts_at_the_cursor_and_sees_each_replica_now_in_its_place(chapter, plumbing):
-    """next_replica reads self.cursor and self.replicas afresh at every call: a cursor set by someone else
-    (sessions, a reset) is where it starts, and a replacement put at an index is what it finds there."""
+    """next_replica reads self.cursor and self.replicas afresh at every call: a cursor set by code outside
+    next_replica is where it starts, and a replacement put at an index is what it finds there."""
     service = service_here(chapter, plumbing, [echo_here() for _ in range(3)])
     service.cursor = 2
     picked = service.next_replica().index
@@ -385,14 +385,21 @@ def test_a_reply_that_looks_false_is_still_a_reply(chapter, plumbing):
     """None, 0, "" and {} are answers like any other: the first try returns them, and nothing is marked."""
     service = service_here(chapter, plumbing, [StandIn(handle=lambda x: x) for _ in range(2)], call_timeout=5.0)
     for value in (0, None, "", {}):
-        reply = run_on_virtual_clock(service.route("handle", value))
+        try:
+            reply = run_on_virtual_clock(service.route("handle", value))
+        except chapter.ServiceUnavailable as err:
+            pytest.fail(f"the replica answered {value!r} at the first try, and route raised ServiceUnavailable ({err}): "
+                        "a reply is a reply, even a false one (None, 0, '', {}). Tell success from failure by how the "
+                        "call ended (the outcome's kind), not by what the reply holds")
         assert reply == value and type(reply) is type(value), (
-            f"the replica answered {value!r}, and route returned {reply!r}: a reply is a reply, even one that is false")
+            f"the replica answered {value!r}, and route returned {reply!r}: return the reply as it came, even a false "
+            "one")
     snapshot = service.snapshot()
     assert (snapshot["retries"], snapshot["replica_failures"], snapshot["healthy"]) == (0, 0, [True, True]), (
         f"four requests answered {0, None, '', {}} at their first try: retries {snapshot['retries']}, replica_failures "
-        f"{snapshot['replica_failures']}, healthy {snapshot['healthy']}; a reply that is false is still a success "
-        "(only a death or a timeout marks a replica)")
+        f"{snapshot['replica_failures']}, healthy {snapshot['healthy']}; a reply that is false is still a success: "
+        "tell success from failure by how the call ended, not by what the reply holds (only a death or a timeout "
+        "marks a replica)")
 
 
 @pytest.mark.todo("Service.route")

@@ -363,8 +363,9 @@ def test_publish_starts_the_copy_itself_before_it_answers(chapter):
     answer, started_by_then = run_on_virtual_clock(publish_then_look())
     assert answer == 1, f"slot 0 was free, and publish answered {answer!r}: it answers the version it publishes"
     assert started_by_then == [(threading.get_ident(), 0, 1)], (
-        f"when publish answered, staging.start had been called {started_by_then or 'not at all'} (thread, slot, "
-        "version): call it in publish itself, a plain call on this thread, before answering. It returns at once "
+        f"when publish answered, the staging.start calls (thread, slot, version) were {started_by_then}; expected "
+        f"one, from this thread ({threading.get_ident()}), for slot 0, version 1: call it in publish itself, a "
+        "plain call on this thread, before answering. It returns at once "
         "(the copy runs in the background); handed to an executor it may start after wait_staged(), and copy "
         "weights the trainer has changed since")
 

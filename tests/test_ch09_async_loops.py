@@ -409,8 +409,8 @@ def test_a_timeout_of_zero_gives_up_at_once(chapter):
         pytest.fail("sample(1, 0, timeout=0.0) on an empty buffer never answered: 0 s is the caller's timeout too")
     assert (answer, at) == (None, pytest.approx(0.0)), (
         f"sample(1, 0, timeout=0.0) on an empty buffer answered {answer!r} at t={at:g} s, not None at t=0: a timeout "
-        "of 0 is the caller's timeout like any other (0.0 is false: ask whether a value is None, never whether it "
-        "is true)")
+        "of 0 is the caller's timeout like any other (0.0 is falsy: ask whether a value is None, not whether it is "
+        "truthy)")
 
 
 @pytest.mark.todo("ReplayBuffer.sample")
@@ -463,9 +463,9 @@ def test_groups_already_there_are_handed_out_whatever_the_timeout(chapter):
     answer = run_on_virtual_clock(scenario())
     assert answer is not None and ids(answer) == ["a", "b"], (
         f"two fresh groups were there when sample(2, 0, timeout=0.0) was called, and it answered {answer!r}: groups "
-        "already there need no waiting, so they are handed out at once, whatever the timeout. (On Python 3.11, "
-        "asyncio.wait_for(..., 0) gives up before its coroutine even starts: it never looks. asyncio.timeout() "
-        "around the wait lets it look first.)")
+        "already there need no waiting, so they are handed out at once, whatever the timeout. (asyncio.wait_for("
+        "..., 0) gives up before its coroutine even starts: it never looks. docs/09_async_loops.md, 'Waiting "
+        "without taking turns', says what does.)")
 
 
 # --- TODO 3: continuous_training ---

@@ -312,8 +312,8 @@ def test_grpo_loss_leaves_its_inputs_as_they_were(chapter):
                                               and torch.equal(before[key], inputs[key].detach()))]
     assert not changed, (
         f"grpo_loss changed its caller's {', '.join(changed)}: an in-place operation (unsqueeze_, mul_, clamp_, ...) "
-        "on an input rewrites the caller's tensor (the trainer logs the advantages and reuses them). The inputs "
-        "stay as they were: use the out-of-place forms")
+        "on an input rewrites the caller's tensor, and the caller goes on using its inputs (policy_loss reads logps "
+        "and mask again for its KL term). The inputs stay as they were: use the out-of-place forms")
 
 
 # --- TODO 3: response_token_logprobs -----------------------------------------------------------

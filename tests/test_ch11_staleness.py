@@ -79,7 +79,7 @@ def test_weights_are_the_probability_ratio_capped(chapter):
     zero = chapter.truncated_importance_weights(PROXIMAL, BEHAVIOUR, MASK, cap=0.0)
     assert close(zero, torch.zeros(2, 3)), (
         f"cap=0.0: weights {zero.tolist()}, expected all 0: a cap of 0 caps every weight at 0. Only None means no "
-        "cap: ask whether cap is None, not whether it is true (0.0 is false)")
+        "cap: ask whether cap is None, not whether it is truthy (0.0 is falsy)")
 
 
 @pytest.mark.todo("truncated_importance_weights")
@@ -599,4 +599,3 @@ def test_a_short_mismatch_sweep_measures_the_mismatch_and_writes_its_data(plumbi
     assert all(r["mean_abs_log_ratio"] > 0.1 and r["outside_band"] > 0.0 for r in noisy), (
         "logit noise of 1 nat: the trainer and the sampler disagree on every token, and some leave the band")
     assert "outside band" in plumbing.mismatch_table(report)
-
