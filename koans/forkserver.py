@@ -17,6 +17,10 @@ To Monarch the launcher is the process: it exits when the child does, with the s
 signal sent to it reaches the child. If the launcher is killed, the child kills itself. If the
 zygote cannot be reached, the launcher starts Monarch's usual bootstrap itself (a cold start).
 
+`koans verify` starts hundreds of test sessions: it keeps one zygote for all of them
+(`Zygote.start_shared`), which forks each session itself too (`forkserver.py pytest ARGS`, a
+launcher like Monarch's), so no session imports torch again.
+
 The zygote never starts Monarch's runtime (its threads would not survive a fork), and it is not
 used on a machine with an NVIDIA GPU, where processes start the usual way.
 """
@@ -375,9 +379,9 @@ class Zygote:
     @classmethod
     def start_shared(cls, preload) -> "Zygote | None":
         """One zygote for every test session this process starts from now on (`koans verify` starts
-        hundreds): each session forks its Monarch processes from it, instead of starting a zygote of
-        its own, which imports torch again. Sessions find it through $KOANS_SHARED_ZYGOTE. None where
-        zygotes do not apply."""
+        hundreds): the runner forks each session from it (the `pytest` launcher), and the session forks
+        its Monarch processes from it too, instead of starting a zygote of its own that imports torch
+        again. Sessions find it through $KOANS_SHARED_ZYGOTE. None where zygotes do not apply."""
         if os.environ.get(ADDRESS_ENV) == "0" or sys.platform != "linux" or os.path.exists("/dev/nvidia0"):
             return None
         import time

@@ -250,8 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     chapters = [find_chapter(c) for c in args.chapters] if args.chapters else list(CHAPTERS)
 
     print("koans verify")
-    # Every test session below forks its Monarch processes from this one warm process, instead of
-    # starting one of its own that imports torch again (koans/forkserver.py): hundreds of sessions.
+    # Every test session below is forked from this one warm process, and so are its Monarch processes:
+    # hundreds of sessions, none of which imports torch again (koans/forkserver.py).
     Zygote.start_shared(list(dict.fromkeys(m for chapter in chapters for m in chapter.process_imports)))
     ok = check_sync()
     rows = []

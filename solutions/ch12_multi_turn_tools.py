@@ -103,11 +103,11 @@ async def run_episode(policy, tools, task: VaultTask, prompt: VaultPrompt, limit
     # The sequence is only ever token ids: the policy's turns as sampled (their stop token too), the tools'
     # replies whole, as reply_ids gives them. Never re-encode text. A turn that is not a tool call is the
     # answer: the episode ends ("answer"). It also ends after limits.max_turns policy turns ("turns", even if
-    # max_tokens is reached by then; the last turn's tool call is still answered), and before a turn when it holds
-    # limits.max_tokens tokens or more after its prompt ("tokens"); a policy turn never has more than
-    # limits.max_new tokens, nor more than the room left. Set episode.ended to the reason. The tool is asked for
-    # what the policy's turn requests (task.parse). A failed tool call fails the episode (it raises; never an
-    # empty reply in its place); a cancelled episode stays cancelled (asyncio.CancelledError reaches its
+    # max_tokens is reached by then; the last turn's tool call is still answered), and before a turn when it
+    # holds limits.max_tokens tokens or more after its prompt ("tokens"); a policy turn never has more than
+    # limits.max_new tokens, nor more than the room left. Set episode.ended to the reason. The tool is asked
+    # for what the policy's turn requests (task.parse). A failed tool call fails the episode (it raises; never
+    # an empty reply in its place); a cancelled episode stays cancelled (asyncio.CancelledError reaches its
     # caller). The tools' Service alone bounds a call's time (its call_timeout): add no timeout of your own.
     for _ in range(limits.max_turns):
         room = limits.max_tokens - len(episode.ids)

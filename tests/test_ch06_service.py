@@ -388,9 +388,9 @@ def test_a_reply_that_looks_false_is_still_a_reply(chapter, plumbing):
         try:
             reply = run_on_virtual_clock(service.route("handle", value))
         except chapter.ServiceUnavailable as err:
-            pytest.fail(f"the replica answered {value!r} at the first try, and route raised ServiceUnavailable ({err}): "
-                        "a reply is a reply, even a false one (None, 0, '', {}). Tell success from failure by how the "
-                        "call ended (the outcome's kind), not by what the reply holds")
+            pytest.fail(f"the replica answered {value!r} at the first try, and route raised ServiceUnavailable "
+                        f"({err}): a reply is a reply, even a false one (None, 0, '', {{}}). Tell success from failure "
+                        "by how the call ended (the outcome's kind), not by what the reply holds")
         assert reply == value and type(reply) is type(value), (
             f"the replica answered {value!r}, and route returned {reply!r}: return the reply as it came, even a false "
             "one")
