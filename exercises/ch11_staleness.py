@@ -97,6 +97,8 @@ def decoupled_ppo_loss(logps: torch.Tensor, proximal_logps: torch.Tensor, behavi
     # included) are the ones used. Padding counts nothing, whatever its log-probabilities hold (-inf
     # too): never NaN, in the loss or its gradient. A response that is all padding adds 0 to the mean over
     # responses but still counts as one (as in masked_mean). Stats: Python floats. The inputs stay as they were.
+    # Only logps carries a gradient: the proximal policy and w (the caller's weights too) are constants, even
+    # when they come with one (with one update per batch, proximal_logps may be logps itself).
     raise NotImplementedError("TODO(ch11): w * PPO's clipped objective against the proximal policy; its negative masked mean")
 
 
@@ -138,8 +140,8 @@ class AdmissionWindow:
     def admit(self, generator_version: int) -> int | None:
         """The number of the group a generator holding `generator_version` may start now, or None."""
         # The next group's number is self.admitted; it will be trained at version number // batch_groups,
-        # and its lag then is that version minus generator_version. Count an admission in self.admitted
-        # and a refusal in self.refused.
+        # and its lag then is that version minus generator_version (below 0 for a generator ahead of it: that
+        # is within max_lag too). Count an admission in self.admitted and a refusal in self.refused.
         raise NotImplementedError("TODO(ch11): admit the next group only if its lag when trained stays within max_lag; else None")
 
     def put(self, number: int, group) -> None:

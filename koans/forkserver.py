@@ -38,6 +38,7 @@ ADDRESS_ENV = "KOANS_FORKSERVER"  # the zygote's socket, for the launcher; "0" i
 LAUNCHER_PID_ENV = "KOANS_FORKSERVER_LAUNCHER"  # in a forked process: the pid Monarch knows it by
 PLACE_ENV = "KOANS_FORKSERVER_PLACE"  # the zygote's host and namespaces: a launcher elsewhere starts cold
 SHARED_ENV = "KOANS_SHARED_ZYGOTE"  # a zygote's socket that sessions share instead of starting their own
+FOLDER_PREFIX = "koans-zygote-"  # a zygote's socket lives in a fresh folder named so, with its owner's pid
 BOOTSTRAP_MODULE = "monarch._src.actor.bootstrap_main"
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 _HIGH_FD = 900  # where the child parks descriptors while it puts the launcher's in place
@@ -186,8 +187,17 @@ def _serve(address: str, preload: list[str]):
                 except BlockingIOError:
                     pass
         _reap(children)
-        if os.getppid() != parent:
-            return None  # the test session is gone: so are we
+        if os.getppid() != parent:  # the test session is gone, maybe killed before its cleanup ran:
+            _remove_own_folder(address)  # so are we, and our socket's folder
+            return None
+
+
+def _remove_own_folder(address: str) -> None:
+    import shutil
+
+    folder = os.path.dirname(address)
+    if os.path.basename(folder).startswith(FOLDER_PREFIX):
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _preload(modules: list[str]) -> None:
@@ -426,12 +436,36 @@ def _spawn_zygote(preload) -> tuple:
     import subprocess
     import tempfile
 
-    directory = tempfile.mkdtemp(prefix="koans-zygote-")
+    _sweep_abandoned_folders()
+    directory = tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-")  # the owner's pid, for the sweep
     address = os.path.join(directory, "socket")
     process = subprocess.Popen([sys.executable, os.path.abspath(__file__), "serve", address, *preload],
                                stdin=subprocess.DEVNULL, close_fds=True)
     atexit.register(_end_zygote, process, directory)
     return process, address, directory
+
+
+def _sweep_abandoned_folders() -> None:
+    """Remove the folders of zygotes whose owner is gone. A test session killed with its process group
+    (a chapter past its time limit) takes its zygote along before either can clean up."""
+    import glob
+    import shutil
+    import tempfile
+
+    for folder in glob.glob(os.path.join(tempfile.gettempdir(), f"{FOLDER_PREFIX}*-*")):
+        owner = os.path.basename(folder)[len(FOLDER_PREFIX):].split("-", 1)[0]
+        if owner.isdigit() and not _is_running(int(owner)):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _is_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
 
 
 def _end_zygote(process, directory: str) -> None:

@@ -257,18 +257,18 @@ HINTS: dict[str, dict[str, tuple[str, ...]]] = {
         "decoupled_ppo_loss": (
             "Chapter 10's clipped objective, with two changes: the ratio is to the proximal policy, and "
             "each token is weighted by w.",
-            "w = weights if the caller gave them, else truncated_importance_weights(proximal_logps, behaviour_logps, "
-            "mask, cap); "
-            "ratio = torch.exp(torch.where(mask.bool(), logps - proximal_logps, torch.zeros_like(logps))): r only "
-            "where the mask is 1, since a -inf on padding gives nan, and nan * 0 (the masked mean) is nan, gradient "
-            "too; A = advantages[:, None].",
+            "w = weights.detach() if the caller gave them, else truncated_importance_weights(proximal_logps, "
+            "behaviour_logps, mask, cap); "
+            "ratio = torch.exp(torch.where(mask.bool(), logps - proximal_logps.detach(), torch.zeros_like(logps))): "
+            "the proximal policy is a constant, like PPO's old one; r only where the mask is 1, since a -inf on "
+            "padding gives nan, and nan * 0 (the masked mean) is nan, gradient too; A = advantages[:, None].",
             "objective = w * torch.min(ratio * A, ratio.clamp(1 - clip, 1 + clip) * A) (or w * ratio * A when "
             "clip is None); loss = -masked_mean(objective, mask); stats from effective_sample_size(w, mask) and "
             "masked_mean.",
         ),
         "AdmissionWindow.admit": (
             "Group number k is trained in step k // batch_groups: its lag then is that step minus the "
-            "generator's version.",
+            "generator's version, signed (a generator ahead of the window has a lag below 0).",
             "number = self.admitted; too late if number // self.batch_groups - generator_version > self.max_lag.",
             "Too late: self.refused += 1; return None. Else: self.admitted += 1; return number.",
         ),

@@ -9,6 +9,7 @@ Set $KOANS_TIMEOUT to scale them (e.g. KOANS_TIMEOUT=5 for quick hang checks).
 import asyncio
 import contextlib
 import os
+import threading
 import time
 
 #: Seconds to wait for one reply from an actor that is already running.
@@ -186,19 +187,43 @@ def run_on_virtual_clock(main, limit_s: float = 3600.0):
     `asyncio.get_running_loop().time()` says when something happened. For code that waits on asyncio
     alone (stand-ins in this process, no Monarch): a thread's work is waited for only while no timer is
     set. A wait that no timer can ever end (an await with no timeout on a call that never answers)
-    raises StuckForever instead of hanging.
+    raises StuckForever instead of hanging. On the loop's own thread, `time.monotonic()` and `time.time()`
+    move with the virtual clock too, so a deadline kept with either is as right here as on a real one.
     """
     loop = _VirtualClockLoop(limit_s)
     try:
-        return loop.run_until_complete(main)
+        with _clocks_follow(loop):
+            return loop.run_until_complete(main)
     finally:
         try:
             left = [task for task in asyncio.all_tasks(loop) if not task.done()]
             for task in left:
                 task.cancel()
             if left:
-                loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+                with _clocks_follow(loop):
+                    loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
         except StuckForever:
             pass
         finally:
             loop.close()
+
+
+@contextlib.contextmanager
+def _clocks_follow(loop: "_VirtualClockLoop"):
+    """time.monotonic() and time.time(), read on this thread, start where they are and move only with the
+    loop's virtual clock; other threads (a stand-in's worker, Monarch's) read the real ones."""
+    real_monotonic, real_time = time.monotonic, time.time
+    thread = threading.get_ident()
+    monotonic_at_0, time_at_0 = real_monotonic() - loop.virtual_now, real_time() - loop.virtual_now
+
+    def virtual_monotonic() -> float:
+        return monotonic_at_0 + loop.virtual_now if threading.get_ident() == thread else real_monotonic()
+
+    def virtual_time() -> float:
+        return time_at_0 + loop.virtual_now if threading.get_ident() == thread else real_time()
+
+    time.monotonic, time.time = virtual_monotonic, virtual_time
+    try:
+        yield
+    finally:
+        time.monotonic, time.time = real_monotonic, real_time

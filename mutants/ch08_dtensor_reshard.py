@@ -106,6 +106,10 @@ MUTANTS = [
         "        if end <= start:\n            return None\n", "").replace("(start, end - start)", "(start, max(0, end - start))")),
     Mutant("plan_transfer", "spreads replicas by the coordinate's first entry, not the flat rank (a learner's)", PLAN.replace(
         "group[dst_rank % len(group)]", "group[coord[0] % len(group)]")),
+    Mutant("plan_transfer", "takes turns over each box's replicas with a counter, not dst_rank % len(replicas): "
+           "they differ once a destination skips a box (a learner's)", PLAN.replace(
+        "    for dst_rank, coord in ranks(dst_mesh):", "    turn = {box: 0 for box in holders}\n    for dst_rank, coord in ranks(dst_mesh):").replace(
+        "src = group[dst_rank % len(group)]", "src = group[turn[src_box] % len(group)]\n                turn[src_box] += 1")),
     Mutant("shard_box", "splits by the first mesh dimension's size, whatever the mesh dimension", '''
         box = [(0, size) for size in shape]
         for m, placement in enumerate(placements):

@@ -22,6 +22,24 @@ LOSS = '''
                   "mean_weight": float(masked_mean(weights, mask))}
 '''
 
+# The reference loss as it stands, for mutants of its later clauses
+LOSS_NOW = '''
+    weights = (truncated_importance_weights(proximal_logps, behaviour_logps, mask, cap) if weights is None
+               else weights.detach())
+    ratio = torch.exp(torch.where(mask.bool(), logps - proximal_logps.detach(), torch.zeros_like(logps)))
+    per_token_advantage = advantages[:, None]
+    if clip is None:
+        objective = weights * ratio * per_token_advantage
+        clipped = torch.zeros_like(ratio)
+    else:
+        objective = weights * torch.min(ratio * per_token_advantage,
+                                        ratio.clamp(1 - clip, 1 + clip) * per_token_advantage)
+        clipped = ((ratio < 1 - clip) | (ratio > 1 + clip)).float()
+    loss = -masked_mean(objective, mask)
+    return loss, {"ess": effective_sample_size(weights, mask), "clip_fraction": float(masked_mean(clipped, mask)),
+                  "mean_weight": float(masked_mean(weights, mask))}
+'''
+
 MASKED = '''
     ratio = torch.exp(proximal_logps - behaviour_logps).detach()
     inside = (ratio >= low) & (ratio <= high) & mask.bool()
@@ -274,5 +292,19 @@ MUTANTS += [
         ratio = proximal_logps.sub_(behaviour_logps).exp_()
     inside = (ratio >= low) & (ratio <= high) & mask.bool()
     return torch.where(inside, ratio, torch.zeros_like(ratio))
+'''),
+    Mutant("decoupled_ppo_loss", "the proximal log-probabilities not detached: with proximal_logps = logps (one "
+           "update per batch) r is 1 with no gradient (breaks: only logps carries a gradient; a learner's)",
+           LOSS_NOW.replace("logps - proximal_logps.detach()", "logps - proximal_logps")),
+    Mutant("decoupled_ppo_loss", "the caller's weights used with their gradient (breaks: w is a constant, the "
+           "caller's too)", LOSS_NOW.replace("else weights.detach())", "else weights)")),
+    Mutant("AdmissionWindow.admit", "the lag as a distance (abs): a generator ahead of the window is refused "
+           "(breaks: the lag is signed; a learner's)", '''
+        number = self.admitted
+        if abs(number // self.batch_groups - generator_version) > self.max_lag:
+            self.refused += 1
+            return None
+        self.admitted += 1
+        return number
 '''),
 ]

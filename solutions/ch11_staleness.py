@@ -103,10 +103,12 @@ def decoupled_ppo_loss(logps: torch.Tensor, proximal_logps: torch.Tensor, behavi
     # included) are the ones used. Padding counts nothing, whatever its log-probabilities hold (-inf
     # too): never NaN, in the loss or its gradient. A response that is all padding adds 0 to the mean over
     # responses but still counts as one (as in masked_mean). Stats: Python floats. The inputs stay as they were.
-    if weights is None:
-        weights = truncated_importance_weights(proximal_logps, behaviour_logps, mask, cap)
+    # Only logps carries a gradient: the proximal policy and w (the caller's weights too) are constants, even
+    # when they come with one (with one update per batch, proximal_logps may be logps itself).
+    weights = (truncated_importance_weights(proximal_logps, behaviour_logps, mask, cap) if weights is None
+               else weights.detach())
     # r is taken only where mask is 1: exp(-inf - -inf) on padding is nan, and nan * 0 is nan, gradient too
-    ratio = torch.exp(torch.where(mask.bool(), logps - proximal_logps, torch.zeros_like(logps)))
+    ratio = torch.exp(torch.where(mask.bool(), logps - proximal_logps.detach(), torch.zeros_like(logps)))
     per_token_advantage = advantages[:, None]
     if clip is None:
         objective = weights * ratio * per_token_advantage
@@ -164,8 +166,8 @@ class AdmissionWindow:
         """The number of the group a generator holding `generator_version` may start now, or None."""
         # >>> TODO(ch11): admit the next group only if its lag when trained stays within max_lag; else None
         # The next group's number is self.admitted; it will be trained at version number // batch_groups,
-        # and its lag then is that version minus generator_version. Count an admission in self.admitted
-        # and a refusal in self.refused.
+        # and its lag then is that version minus generator_version (below 0 for a generator ahead of it: that
+        # is within max_lag too). Count an admission in self.admitted and a refusal in self.refused.
         number = self.admitted
         if number // self.batch_groups - generator_version > self.max_lag:
             self.refused += 1

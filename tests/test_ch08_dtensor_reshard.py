@@ -248,6 +248,8 @@ SPREAD_CASES = [  # (src mesh, src placements, dst mesh, dst placements, per des
     ((2, 2), [Replicate(), Replicate()], (2, 2), [Shard(0), Shard(1)], [[0], [1], [2], [3]]),
     ((3,), [Replicate()], (2, 3), [Shard(0), Shard(1)], [[0], [1], [2], [0], [1], [2]]),
     ((2, 2), [Shard(0), Replicate()], (1, 4), [Replicate(), Shard(1)], [[0, 2], [1, 3], [0, 2], [1, 3]]),
+    # rows [0, 3), [3, 6), [6, 8) against replicated halves: destination 1 overlaps both, 0 and 2 one each
+    ((2, 2), [Shard(0), Replicate()], (3,), [Shard(0)], [[0], [1, 3], [2]]),
 ]
 
 
@@ -261,7 +263,8 @@ def test_replicas_are_picked_by_the_flat_destination_rank_on_2d_meshes(chapter, 
     assert got == expected, (
         f"{src_placements} on {src_mesh} -> {dst_placements} on {dst_mesh}: destinations pulled from {got}, not "
         f"{expected}. Pick the replica at position dst_rank % len(replicas), where dst_rank is the flat "
-        "(row-major) destination rank: a mesh coordinate such as coord[0] is 0 for every rank of a 1 x n mesh")
+        "(row-major) destination rank: not a mesh coordinate (coord[0] is 0 for every rank of a 1 x n mesh), nor a "
+        "count of the pieces handed out so far")
 
 
 # --- TODO 4: ShardHolder.pull ---

@@ -182,6 +182,8 @@ def test_padding_does_not_count(chapter):
 #  10. r from the difference of log-probabilities: finite for tokens unlikely under both policies
 #                                                           -> test_the_ratio_of_unlikely_tokens_is_finite
 #  11. the inputs stay as they were                         -> test_the_inputs_stay_as_they_were
+#  12. only logps carries a gradient: the proximal policy and the caller's w are constants, even given with one
+#                                                           -> test_the_proximal_policy_and_the_callers_weights_are_constants
 
 
 def current_logps():
@@ -227,6 +229,30 @@ def test_the_gradient_goes_through_the_ratio_not_the_weights(chapter):
     assert logps.grad[0, 1] == 0.0 and logps.grad[1, 2] == 0.0
     assert close(logps.grad[0, 0], -1.0 * E ** 0.1 / 3 / 2)
     assert close(logps.grad[1, 1], 2.0 * E ** -0.1 / 2 / 2)
+
+
+@pytest.mark.todo("decoupled_ppo_loss")
+def test_the_proximal_policy_and_the_callers_weights_are_constants(chapter):
+    """With one update per batch the proximal policy is the current one, and a caller may pass logps itself as
+    proximal_logps: r is 1, and its gradient must still be the policy gradient w * A, not 0."""
+    advantages = torch.tensor([1.0, -1.0])
+    # r = 1 on every real token, inside the band; w = [[1, e^0.5, e^-1], [1, 2 (capped e^1.5), pad]]:
+    # the gradient of -masked_mean(w * r * A) is -w * A / (3 or 2) / 2
+    expected = torch.tensor([[-1 / 6, -(E ** 0.5) / 6, -(E ** -1) / 6], [1 / 4, 2 / 4, 0.0]])
+    logps = PROXIMAL.clone().requires_grad_(True)
+    loss, _ = chapter.decoupled_ppo_loss(logps, logps, BEHAVIOUR, advantages, MASK, clip=0.2, cap=2.0)
+    loss.backward()
+    assert close(logps.grad, expected), (
+        f"proximal_logps was logps itself (one update per batch): the gradient is {logps.grad.tolist()}, not "
+        f"{expected.tolist()}. The proximal policy is a constant of the loss, like PPO's old policy: detach it, "
+        "or r = exp(logps - logps) is 1 with no gradient at all, and nothing is learned")
+    logps = PROXIMAL.clone().requires_grad_(True)
+    weights = (logps - BEHAVIOUR).exp().clamp(max=2.0) * MASK  # the caller's w, computed with a gradient
+    loss, _ = chapter.decoupled_ppo_loss(logps, logps.detach(), BEHAVIOUR, advantages, MASK, clip=0.2, weights=weights)
+    loss.backward()
+    assert close(logps.grad, expected), (
+        f"the caller's weights came with a gradient, and the gradient wrt logps is {logps.grad.tolist()}, not "
+        f"{expected.tolist()}: w is a constant of the loss, the caller's weights too (detach them)")
 
 
 @pytest.mark.todo("decoupled_ppo_loss")
@@ -389,6 +415,8 @@ def test_padding_at_minus_infinity_counts_nothing(chapter):
 #   4. max_lag 0: only the current step's batch; a newer generator may start the next
 #                                                     -> test_a_newer_generator_may_start_more_and_order_holds
 #   5. nothing generated is thrown away               -> test_admission_wastes_nothing_where_chapter_09_drops
+#   6. the lag is signed: a generator ahead of the group's version is admitted
+#                                                     -> test_a_generator_ahead_of_the_window_is_admitted
 
 
 @pytest.mark.todo("AdmissionWindow.admit")
@@ -415,6 +443,18 @@ def test_a_newer_generator_may_start_more_and_order_holds(chapter):
     assert window.admit(0) is None, "still at version 0: group 2 would be trained at version 1"
     assert window.admit(1) == 2, "a generator that pulled version 1 may start it"
     assert window.next_batch() is None, "group 3 is not admitted yet: no batch"
+
+
+@pytest.mark.todo("AdmissionWindow.admit")
+def test_a_generator_ahead_of_the_window_is_admitted(chapter):
+    """A window started afresh (a run resumed from a checkpoint, say) while the generator already holds version 5:
+    group 0 would be trained at version 0 by the window's count, a lag of 0 - 5 = -5."""
+    window = chapter.AdmissionWindow(max_lag=1, batch_groups=2)
+    numbers = [window.admit(5) for _ in range(3)]
+    assert numbers == [0, 1, 2], (
+        f"admit(5) on a fresh window gave {numbers}, not [0, 1, 2]: the lag is the group's version minus the "
+        "generator's, 0 - 5 = -5 here, within max_lag. A lag taken as a distance (abs) refuses a generator ahead of "
+        "the window, and such a run never starts a group again")
 
 
 @pytest.mark.todo("AdmissionWindow.admit")

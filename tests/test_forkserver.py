@@ -163,3 +163,36 @@ def test_a_session_whose_launcher_is_killed_ends_with_its_whole_group(shared_zyg
     os.killpg(session.pid, signal.SIGKILL)
     session.wait(timeout=TIMEOUT)
     wait_until_gone([forked], "the forked session outlived its killed launcher")
+
+
+OWNER = '''
+import sys, time
+sys.path.insert(0, sys.argv[1])
+from koans import forkserver
+process, address, folder = forkserver._spawn_zygote([])
+while not __import__("os").path.exists(address):
+    time.sleep(0.01)
+print(folder, flush=True)
+time.sleep(600)
+'''
+
+
+def test_a_zygote_killed_with_its_session_leaves_no_folder_behind_for_long(tmp_path):
+    """A chapter past its time limit is killed with its whole process group, its zygote too: neither can
+    clean up. The next zygote to start removes the folders whose owner is gone, and keeps the others."""
+    owner = subprocess.Popen([sys.executable, "-c", OWNER, str(PROJECT_ROOT)], stdout=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    try:
+        abandoned = owner.stdout.readline().strip()
+    finally:
+        os.killpg(owner.pid, signal.SIGKILL)
+        owner.wait(timeout=TIMEOUT)
+    assert os.path.basename(abandoned).startswith(f"{forkserver.FOLDER_PREFIX}{owner.pid}-"), abandoned
+    assert os.path.isdir(abandoned), "the kill left the folder (nobody could remove it)"
+    process, _, kept = forkserver._spawn_zygote([])
+    try:
+        assert not os.path.exists(abandoned), "the next zygote's start removes a folder whose owner is gone"
+        assert os.path.isdir(kept), "and keeps one whose owner runs"
+    finally:
+        forkserver._end_zygote(process, kept)
+    assert not os.path.exists(kept)

@@ -21,6 +21,7 @@ import pytest
 from koans import harness
 from koans.manifest import CHAPTERS, PROJECT_ROOT, find_chapter
 from koans.runner import run_chapter
+from koans.testing import run_on_virtual_clock
 from koans.stubgen import StubError, find_todos, make_exercise, out_of_sync
 from koans.verify import copy_project_with_one_stub
 
@@ -197,6 +198,27 @@ def test_the_time_limit_ends_an_event_loop_even_when_asyncio_drops_its_first_ala
         with harness.time_limit(0.5):
             asyncio.run(asyncio.wait_for(never_ends(), 60))
     assert dropped, "the first alarm landed in a callback, where asyncio drops it"
+
+
+def test_the_virtual_clock_moves_time_monotonic_and_time_time_on_its_own_thread_only():
+    """A deadline kept with time.monotonic() or time.time() is as right on the tests' virtual clock as with
+    the loop's own time(); a stand-in's worker thread (or Monarch's) still reads the real clocks."""
+    real_monotonic, real_time = time.monotonic, time.time
+
+    async def sleep_100_virtual_seconds():
+        loop = asyncio.get_running_loop()
+        before = time.monotonic(), time.time()
+        await asyncio.sleep(100)
+        after = time.monotonic(), time.time()
+        read_on_a_worker = lambda: (time.monotonic(), time.clock_gettime(time.CLOCK_MONOTONIC))  # noqa: E731
+        elsewhere = await loop.run_in_executor(None, read_on_a_worker)
+        return after[0] - before[0], after[1] - before[1], after[0] - elsewhere[1], elsewhere[0] - elsewhere[1]
+
+    moved, wall_moved, ahead_of_real, other_thread = run_on_virtual_clock(sleep_100_virtual_seconds())
+    assert (moved, wall_moved) == (pytest.approx(100), pytest.approx(100)), "both clocks moved with the sleep"
+    assert ahead_of_real == pytest.approx(100, abs=10), "no real time passed: the loop's thread reads virtual time"
+    assert other_thread == pytest.approx(0, abs=10), "another thread reads the real clock"
+    assert (time.monotonic, time.time) == (real_monotonic, real_time), "the real clocks are back after the run"
 
 
 def test_a_leaked_proc_mesh_fails_the_session_and_is_killed(tmp_path):
