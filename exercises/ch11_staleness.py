@@ -97,8 +97,8 @@ def decoupled_ppo_loss(logps: torch.Tensor, proximal_logps: torch.Tensor, behavi
     # included) are the ones used. Padding counts nothing, whatever its log-probabilities hold (-inf
     # too): never NaN, in the loss or its gradient. A response that is all padding adds 0 to the mean over
     # responses but still counts as one (as in masked_mean). Stats: Python floats. The inputs stay as they were.
-    # Only logps carries a gradient: the proximal policy and w (the caller's weights too) are constants, even
-    # when they come with one (with one update per batch, proximal_logps may be logps itself).
+    # No gradient flows through proximal_logps or w (the caller's weights too), even when an input carries
+    # one: with one update per batch, a caller may pass logps itself as proximal_logps.
     raise NotImplementedError("TODO(ch11): w * PPO's clipped objective against the proximal policy; its negative masked mean")
 
 
@@ -125,7 +125,8 @@ class AdmissionWindow:
     trained before it is more than `max_lag` versions old. Groups are trained in the order they were
     admitted, `batch_groups` per training step, so the group admitted as number k (0, 1, 2, ...) is
     trained in step k // batch_groups, by the learner at version k // batch_groups. A generator
-    holds weights no newer than the learner's: at best exactly the learner's current version.
+    holds weights no newer than the learner's: at best exactly the learner's current version. The
+    window's count can start behind them, though (a run resumed with a fresh window).
     """
 
     def __init__(self, max_lag: int, batch_groups: int):
@@ -140,8 +141,8 @@ class AdmissionWindow:
     def admit(self, generator_version: int) -> int | None:
         """The number of the group a generator holding `generator_version` may start now, or None."""
         # The next group's number is self.admitted; it will be trained at version number // batch_groups,
-        # and its lag then is that version minus generator_version (below 0 for a generator ahead of it: that
-        # is within max_lag too). Count an admission in self.admitted and a refusal in self.refused.
+        # and its lag then is that version minus generator_version (below 0 when generator_version is past
+        # that version: within max_lag too). Count an admission in self.admitted and a refusal in self.refused.
         raise NotImplementedError("TODO(ch11): admit the next group only if its lag when trained stays within max_lag; else None")
 
     def put(self, number: int, group) -> None:

@@ -268,7 +268,7 @@ HINTS: dict[str, dict[str, tuple[str, ...]]] = {
         ),
         "AdmissionWindow.admit": (
             "Group number k is trained in step k // batch_groups: its lag then is that step minus the "
-            "generator's version, signed (a generator ahead of the window has a lag below 0).",
+            "generator's version, signed (below 0 when the generator's version is past that step).",
             "number = self.admitted; too late if number // self.batch_groups - generator_version > self.max_lag.",
             "Too late: self.refused += 1; return None. Else: self.admitted += 1; return number.",
         ),

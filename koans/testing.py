@@ -188,7 +188,9 @@ def run_on_virtual_clock(main, limit_s: float = 3600.0):
     alone (stand-ins in this process, no Monarch): a thread's work is waited for only while no timer is
     set. A wait that no timer can ever end (an await with no timeout on a call that never answers)
     raises StuckForever instead of hanging. On the loop's own thread, `time.monotonic()` and `time.time()`
-    move with the virtual clock too, so a deadline kept with either is as right here as on a real one.
+    move with the virtual clock too, so a deadline kept with either and awaited as a timeout
+    (`wait_for(..., deadline - time.monotonic())`) fires here as on a real clock. (A deadline only polled
+    between `sleep(0)`s never passes here: the clock stands still while tasks run.)
     """
     loop = _VirtualClockLoop(limit_s)
     try:

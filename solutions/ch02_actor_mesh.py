@@ -92,7 +92,8 @@ def sum_of_squares(workers: Worker, numbers: list[int], timeout: float = 60) -> 
     """Sum of x*x over `numbers`, computed in parallel by every worker in the mesh."""
     # >>> TODO(ch02): call sum_my_share on every worker, wait for the ValueMesh, add up its values
     # Every worker of `workers` (a whole mesh or a slice, with any number of dimensions) does its share.
-    # Wait at most `timeout` seconds: a worker that never answers must not hang the caller (it gets the TimeoutError).
+    # Wait at most `timeout` seconds: a worker that never answers must not hang the caller, who gets the wait's
+    # TimeoutError (no retry, no None).
     partial_sums = workers.sum_my_share.call(numbers).get(timeout=timeout)
     return sum(partial_sums.values())
     # <<< TODO

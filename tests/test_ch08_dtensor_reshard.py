@@ -169,9 +169,9 @@ def test_intersect_agrees_with_masks_on_generated_boxes(chapter):
 #                                                                 test_two_row_shards_to_four_column_shards
 #   3. only overlaps move: the bytes moved are the destination boxes -> test_bytes_moved_are_the_overlaps_and_less_than_a_full_gather
 #   4. replicas: each overlap from one replica, the one at position dst_rank % len(replicas), dst_rank being
-#      the flat destination rank (not a coordinate), on 1-D and 2-D meshes
+#      the flat destination rank (not a coordinate, nor a count of pieces so far), on 1-D and 2-D meshes
 #                                                              -> test_replicated_sources_share_the_load,
-#                                                                 test_replicas_are_picked_by_the_flat_destination_rank_on_2d_meshes
+#                                                                 test_replicas_are_picked_by_the_flat_destination_rank
 
 
 def execute_in_memory(chapter, shape, src_mesh, src_placements, dst_mesh, dst_placements, plan):
@@ -256,8 +256,8 @@ SPREAD_CASES = [  # (src mesh, src placements, dst mesh, dst placements, per des
 @pytest.mark.todo("plan_transfer")
 @pytest.mark.parametrize("src_mesh, src_placements, dst_mesh, dst_placements, expected", SPREAD_CASES,
                          ids=[f"{'x'.join(map(str, c[0]))}-to-{'x'.join(map(str, c[2]))}" for c in SPREAD_CASES])
-def test_replicas_are_picked_by_the_flat_destination_rank_on_2d_meshes(chapter, src_mesh, src_placements, dst_mesh,
-                                                                       dst_placements, expected):
+def test_replicas_are_picked_by_the_flat_destination_rank(chapter, src_mesh, src_placements, dst_mesh,
+                                                          dst_placements, expected):
     plan = chapter.plan_transfer((8, 12), src_mesh, src_placements, dst_mesh, dst_placements)
     got = [sorted(p.src for p in plan[rank]) for rank in sorted(plan)]
     assert got == expected, (

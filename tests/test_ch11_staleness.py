@@ -234,7 +234,7 @@ def test_the_gradient_goes_through_the_ratio_not_the_weights(chapter):
 @pytest.mark.todo("decoupled_ppo_loss")
 def test_the_proximal_policy_and_the_callers_weights_are_constants(chapter):
     """With one update per batch the proximal policy is the current one, and a caller may pass logps itself as
-    proximal_logps: r is 1, and its gradient must still be the policy gradient w * A, not 0."""
+    proximal_logps: r is 1, and the loss's gradient wrt logps must still be the policy gradient w * A, not 0."""
     advantages = torch.tensor([1.0, -1.0])
     # r = 1 on every real token, inside the band; w = [[1, e^0.5, e^-1], [1, 2 (capped e^1.5), pad]]:
     # the gradient of -masked_mean(w * r * A) is -w * A / (3 or 2) / 2
@@ -242,10 +242,13 @@ def test_the_proximal_policy_and_the_callers_weights_are_constants(chapter):
     logps = PROXIMAL.clone().requires_grad_(True)
     loss, _ = chapter.decoupled_ppo_loss(logps, logps, BEHAVIOUR, advantages, MASK, clip=0.2, cap=2.0)
     loss.backward()
+    why = ("The proximal policy is a constant of the loss, like PPO's old policy: detach it, or r = exp(logps - "
+           "logps) is 1 with no gradient at all, and nothing is learned" if logps.grad.abs().sum() == 0 else
+           "A gradient flows through w, computed here from proximal_logps = logps: the weights are constants of the "
+           "loss (truncated_importance_weights says so), and so is the proximal policy in r")
     assert close(logps.grad, expected), (
         f"proximal_logps was logps itself (one update per batch): the gradient is {logps.grad.tolist()}, not "
-        f"{expected.tolist()}. The proximal policy is a constant of the loss, like PPO's old policy: detach it, "
-        "or r = exp(logps - logps) is 1 with no gradient at all, and nothing is learned")
+        f"{expected.tolist()}. {why}")
     logps = PROXIMAL.clone().requires_grad_(True)
     weights = (logps - BEHAVIOUR).exp().clamp(max=2.0) * MASK  # the caller's w, computed with a gradient
     loss, _ = chapter.decoupled_ppo_loss(logps, logps.detach(), BEHAVIOUR, advantages, MASK, clip=0.2, weights=weights)
@@ -454,7 +457,7 @@ def test_a_generator_ahead_of_the_window_is_admitted(chapter):
     assert numbers == [0, 1, 2], (
         f"admit(5) on a fresh window gave {numbers}, not [0, 1, 2]: the lag is the group's version minus the "
         "generator's, 0 - 5 = -5 here, within max_lag. A lag taken as a distance (abs) refuses a generator ahead of "
-        "the window, and such a run never starts a group again")
+        "the window, and such a run never starts a group at all: every admit(5) is refused while the count stays at 0")
 
 
 @pytest.mark.todo("AdmissionWindow.admit")
