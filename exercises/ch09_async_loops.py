@@ -132,7 +132,7 @@ async def continuous_training(learner, buffer: ReplayBuffer, steps: int, batch_g
                               stop: asyncio.Event, on_step=None) -> list[dict]:
     """Sample, train, repeat for `steps` steps; then set `stop` so the rollout loops end too.
 
-      buffer.sample(count, version) -> list[Group], or None if not enough came within sample's default timeout (TIMEOUT / 2)
+      buffer.sample(count, version) -> list[Group], or None if too few came in its default timeout (TIMEOUT / 2)
       learner.train(batch)          -> {"version": the new version, ...}: one step, then publish it
     `on_step(result)`, if given, sees each step's result. Returns the results of every step.
     """

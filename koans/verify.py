@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     # Every test session below is forked from this one warm process, and so are its Monarch processes:
     # hundreds of sessions, none of which imports torch again (koans/forkserver.py).
     # Sessions run two at a time: torch's thread pools, each as wide as the machine, would spin against each
-    # other (a 6 s session took 78 s on 2 cores). Each session's torch gets its share of the cores instead.
+    # other (a 7 s session took 78 s on 2 cores). Each session's torch gets its share of the cores instead.
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _jobs())))
     Zygote.start_shared(list(dict.fromkeys(m for chapter in chapters for m in chapter.process_imports)))
     ok = check_sync()

@@ -294,7 +294,7 @@ MUTANTS += [
     return torch.where(inside, ratio, torch.zeros_like(ratio))
 '''),
     Mutant("decoupled_ppo_loss", "the proximal log-probabilities not detached: with proximal_logps = logps (one "
-           "update per batch) r is 1 with no gradient (breaks: only logps carries a gradient; a learner's)",
+           "update per batch) r is 1 with no gradient (breaks: no gradient through proximal_logps; a learner's)",
            LOSS_NOW.replace("logps - proximal_logps.detach()", "logps - proximal_logps")),
     Mutant("decoupled_ppo_loss", "the caller's weights used with their gradient (breaks: w is a constant, the "
            "caller's too)", LOSS_NOW.replace("else weights.detach())", "else weights)")),

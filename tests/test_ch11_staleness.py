@@ -182,7 +182,7 @@ def test_padding_does_not_count(chapter):
 #  10. r from the difference of log-probabilities: finite for tokens unlikely under both policies
 #                                                           -> test_the_ratio_of_unlikely_tokens_is_finite
 #  11. the inputs stay as they were                         -> test_the_inputs_stay_as_they_were
-#  12. only logps carries a gradient: the proximal policy and the caller's w are constants, even given with one
+#  12. no gradient through proximal_logps or w (the caller's weights too), even when an input carries one
 #                                                           -> test_the_proximal_policy_and_the_callers_weights_are_constants
 
 

@@ -21,8 +21,8 @@ import pytest
 from koans import harness
 from koans.manifest import CHAPTERS, PROJECT_ROOT, find_chapter
 from koans.runner import run_chapter
-from koans.testing import run_on_virtual_clock
 from koans.stubgen import StubError, find_todos, make_exercise, out_of_sync
+from koans.testing import run_on_virtual_clock
 from koans.verify import copy_project_with_one_stub
 
 SOLUTION = textwrap.dedent(
@@ -212,12 +212,11 @@ def test_the_virtual_clock_moves_time_monotonic_and_time_time_on_its_own_thread_
         after = time.monotonic(), time.time()
         read_on_a_worker = lambda: (time.monotonic(), time.clock_gettime(time.CLOCK_MONOTONIC))  # noqa: E731
         elsewhere = await loop.run_in_executor(None, read_on_a_worker)
-        return after[0] - before[0], after[1] - before[1], after[0] - elsewhere[1], elsewhere[0] - elsewhere[1]
+        return after[0] - before[0], after[1] - before[1], elsewhere[0] - elsewhere[1]
 
-    moved, wall_moved, ahead_of_real, other_thread = run_on_virtual_clock(sleep_100_virtual_seconds())
-    assert (moved, wall_moved) == (pytest.approx(100), pytest.approx(100)), "both clocks moved with the sleep"
-    assert ahead_of_real == pytest.approx(100, abs=10), "no real time passed: the loop's thread reads virtual time"
-    assert other_thread == pytest.approx(0, abs=10), "another thread reads the real clock"
+    moved, wall_moved, other_thread = run_on_virtual_clock(sleep_100_virtual_seconds())
+    assert (moved, wall_moved) == (pytest.approx(100), pytest.approx(100)), "both clocks moved with the sleep alone"
+    assert other_thread == pytest.approx(0, abs=1), "another thread reads the real clock (two reads in a row)"
     assert (time.monotonic, time.time) == (real_monotonic, real_time), "the real clocks are back after the run"
 
 
