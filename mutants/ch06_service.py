@@ -293,4 +293,15 @@ MUTANTS += [
     self.stats.failed += 1
     raise ServiceUnavailable(endpoint_name, attempts, self.healthy_count())
 '''),
+    # From a mechanical set (one operator at one site of the solution; each caught by a test extended for it):
+    Mutant("Service.mark_unhealthy", "sets the service's failure count to 1 instead of adding one", '''
+        if self.replicas[replica.index] is replica and replica.healthy:
+            replica.healthy = False
+            replica.failures += 1
+            self.stats.replica_failures = 1
+            if self.auto_recover:
+                self.start_recovery(replica)
+    '''),
+    Mutant("Service.route", "sets stats.retries to 1 at each retry instead of adding one",
+           ROUTE.replace("self.stats.retries += 1", "self.stats.retries = 1")),
 ]

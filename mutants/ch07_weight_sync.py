@@ -392,4 +392,16 @@ MUTANTS += [
     self.version = version
     return version
 '''),
+    # From a mechanical set (one operator at one site of the solution; each caught by a test extended for it):
+    Mutant("WeightStore.claim", "sets counts['skipped_claims'] to 1 instead of adding one",
+           CLAIM.replace('self.counts["skipped_claims"] += 1', 'self.counts["skipped_claims"] = 1')),
+    Mutant("WeightPublisher.publish", "sets self.skipped to 1 instead of adding one", '''
+    slot = await asyncio.wait_for(self.store.claim.call_one(), self.timeout)
+    if slot is None:
+        self.skipped = 1
+        return None
+    self.staging.start(state_dict, slot, version)
+    self.version = version
+    return version
+    '''),
 ]

@@ -129,4 +129,7 @@ MUTANTS += [
     clipped = ((ratio < 1 - clip) | (ratio > 1 + clip)).float()
     return loss, {"clip_fraction": float(masked_mean(clipped, mask)), "kl": float(kl.detach())}
 '''),
+    # From a mechanical set (one operator at one site of the solution; each caught by a test extended for it):
+    Mutant("group_advantages", "a group of two is taken for a group of one: its std is 0, so eps alone divides",
+           ADVANTAGES.replace("rewards.shape[1] > 1", "rewards.shape[1] > 2")),
 ]

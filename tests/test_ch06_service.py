@@ -159,7 +159,7 @@ def test_the_search_starts_at_the_cursor_and_sees_each_replica_now_in_its_place(
 #                                                                              test_a_report_about_a_replica_no_longer_in_the_service_changes_nothing
 #   4. replica.failures grows by one: it counts every death at that index, carried into each replacement
 #                                                                           -> test_marking_adds_one_death_to_those_already_counted_at_that_index
-#   5. stats.replica_failures grows by one                                  -> test_marking_takes_a_replica_out_once
+#   5. stats.replica_failures grows by one per death                        -> test_marking_takes_a_replica_out_once
 #   6. recovery starts only with auto_recover                               -> test_marking_takes_a_replica_out_once,
 #                                                                              test_a_marked_replica_is_recovered_on_a_new_process_and_late_reports_change_nothing
 #   7. with auto_recover too, the replica leaves rotation at once, while its replacement starts
@@ -178,6 +178,10 @@ def test_marking_takes_a_replica_out_once(four):
         "reports of one death: expected 1 and 1 (one more on each, at the first report only)")
     assert [four.next_replica().index for _ in range(4)] == [0, 2, 3, 0]
     assert four.recovering == {}, "auto_recover=False: nothing is replaced"
+    four.mark_unhealthy(four.replicas[3], "a second replica died")
+    assert four.snapshot()["replica_failures"] == 2, (
+        f"stats.replica_failures {four.snapshot()['replica_failures']} after the deaths of replicas 1 and 3: expected "
+        "2. Each death adds one to the count so far; it is not set to 1")
 
 
 @pytest.mark.todo("Service.mark_unhealthy")
@@ -266,7 +270,8 @@ def test_a_report_about_a_replica_no_longer_in_the_service_changes_nothing(chapt
 #      its index stays in rotation)                                         -> test_a_late_failure_marks_the_replica_called_not_its_replacement
 #   7. each failed try is recorded as Attempt(index, kind, summary); stats.retries counts tries after the first
 #                                                                           -> test_when_every_attempt_fails_the_error_lists_each_one,
-#                                                                              test_a_replica_that_does_not_answer_in_time_is_retried_elsewhere_and_never_again
+#                                                                              test_a_replica_that_does_not_answer_in_time_is_retried_elsewhere_and_never_again,
+#                                                                              test_each_try_waits_the_services_call_timeout
 #   8. nobody left to try: stats.failed, ServiceUnavailable with the healthy count (no try made: it says so); the
 #      count is healthy_count() then, whatever this request tried
 #                                                                           -> test_when_every_attempt_fails_the_error_lists_each_one
@@ -541,9 +546,9 @@ def test_a_late_failure_marks_the_replica_called_not_its_replacement(chapter, pl
 
 @pytest.mark.todo("Service.route")
 def test_each_try_waits_the_services_call_timeout(chapter, plumbing):
-    """Two replicas that never answer, call_timeout 5 s, on a virtual clock: the request gives up after two
-    tries of 5 s each, at t=10, with one timeout per replica."""
-    service = service_here(chapter, plumbing, [StandIn(handle=NEVER), StandIn(handle=NEVER)], call_timeout=5.0)
+    """Three replicas that never answer, call_timeout 5 s, on a virtual clock: the request gives up after three
+    tries of 5 s each, at t=15, with one timeout per replica."""
+    service = service_here(chapter, plumbing, [StandIn(handle=NEVER) for _ in range(3)], call_timeout=5.0)
 
     async def scenario():
         try:
@@ -556,10 +561,14 @@ def test_each_try_waits_the_services_call_timeout(chapter, plumbing):
         attempts, at = run_on_virtual_clock(scenario())
     except StuckForever:
         pytest.fail("route waited forever for a replica that never answers: each call waits at most self.call_timeout")
-    assert attempts == [(0, "timeout"), (1, "timeout")], f"attempts {attempts}: one timeout on each replica"
-    assert at == pytest.approx(10.0), (
-        f"two tries on replicas that never answer gave up at t={at:g} s, not 10: each call waits the service's "
+    assert attempts == [(0, "timeout"), (1, "timeout"), (2, "timeout")], (
+        f"attempts {attempts}: one timeout on each replica")
+    assert at == pytest.approx(15.0), (
+        f"three tries on replicas that never answer gave up at t={at:g} s, not 15: each call waits the service's "
         "call_timeout (5 s here), not a default")
+    assert service.stats.retries == 2, (
+        f"stats.retries {service.stats.retries} after three tries: expected 2, one more for each try after the "
+        "first (not set to 1)")
 
 
 # --- The given fault filter: a pool's replicas may die; nobody else's failures are swallowed ---------------

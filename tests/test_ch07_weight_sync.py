@@ -115,10 +115,11 @@ def test_claim_hands_out_each_free_slot_once_then_skips(store_here):
         f"three claims on two free slots answered {[first, second, third]}: each free slot goes out once; a slot "
         "handed out is being written, so it is not free for the next claim")
     assert third is None, "both slots are being written: nothing is free, the trainer skips"
+    assert ask(store.claim) is None, "a fourth claim: still nothing free"
     stats = ask(store.stats)
-    assert (stats["writing"], stats["skipped_claims"]) == (2, 1), (
-        f"after three claims on two slots: writing {stats['writing']}, skipped_claims {stats['skipped_claims']}; "
-        "expected 2 and 1: each slot handed out is marked as being written, and each None counts a skipped claim")
+    assert (stats["writing"], stats["skipped_claims"]) == (2, 2), (
+        f"after four claims on two slots: writing {stats['writing']}, skipped_claims {stats['skipped_claims']}; "
+        "expected 2 and 2: each slot handed out is marked as being written, and each None adds one skipped claim")
 
 
 @pytest.mark.todo("WeightStore.claim")
@@ -219,7 +220,8 @@ def test_a_lease_exactly_the_timeout_old_still_holds(chapter, monkeypatch):
 #   1. a claimed slot: staged and committed in order, version recorded and answered
 #                                                                 -> test_published_versions_reach_the_store_in_order
 #   2. no slot: count self.skipped, answer None at once, never wait for a reader, start nothing
-#                                                                 -> test_publish_skips_instead_of_waiting_when_every_slot_is_busy
+#                                                                 -> test_publish_skips_instead_of_waiting_when_every_slot_is_busy,
+#                                                                    test_publish_awaits_the_store_and_never_blocks_the_trainers_loop
 #   3. the claim waits at most self.timeout; no answer by then raises TimeoutError (not a skip)
 #                                                                 -> test_publish_waits_for_the_store_at_most_its_timeout
 #   4. the claim is awaited, never waited on with a blocking .get() (the trainer's event loop runs on)
@@ -324,10 +326,12 @@ def test_publish_awaits_the_store_and_never_blocks_the_trainers_loop(chapter):
     publisher = chapter.WeightPublisher({"w": torch.zeros(8)}, store, timeout=5.0)
     try:
         answer = run_on_virtual_clock(publisher.publish({"w": torch.zeros(8)}, version=1))
+        again = run_on_virtual_clock(publisher.publish({"w": torch.zeros(8)}, version=2))
     finally:
         publisher.staging.close()
-    assert (answer, publisher.skipped, len(store.claim.calls)) == (None, 1, 1), (
-        "one claim, answered None: publish skips (answers None, counts self.skipped)")
+    assert (answer, again, publisher.skipped, len(store.claim.calls)) == (None, None, 2, 2), (
+        f"two claims, each answered None: publish answered {answer!r} and {again!r} with self.skipped "
+        f"{publisher.skipped}; expected None, None and 2 (each skip answers None and adds one to self.skipped)")
 
 
 @pytest.mark.todo("WeightPublisher.publish")

@@ -288,7 +288,8 @@ def test_the_oldest_policy_token_wherever_it_sits(chapter):
 #   7. "tokens" before a turn once it holds max_tokens tokens after its prompt (the prompt does not count),
 #      exactly max_tokens included
 #                                                         -> test_an_episode_ends_at_its_answer_its_turn_limit_or_its_token_limit, 
-#                                                            test_exactly_max_tokens_ends_it_before_another_turn
+#                                                            test_exactly_max_tokens_ends_it_before_another_turn,
+#                                                            test_one_token_of_room_is_still_room_for_a_turn
 #   8. a turn asks for at most min(max_new, room left)     -> test_an_episode_ends_at_its_answer_its_turn_limit_or_its_token_limit
 #   9. tool calls go through the Service (which retries on another worker)
 #                                                         -> test_a_tool_worker_that_dies_costs_the_episode_nothing
@@ -440,6 +441,18 @@ def test_exactly_max_tokens_ends_it_before_another_turn(chapter, task, tools_mod
     assert policy.max_new == [6] and episode.ended == "tokens" and len(episode.ids) == 9, (
         f"asked for {policy.max_new} new tokens, ended {episode.ended!r} at {len(episode.ids)} tokens: an episode "
         "that holds exactly max_tokens tokens has no room left (room 0): it ends ('tokens') before another turn")
+
+
+@pytest.mark.todo("run_episode")
+def test_one_token_of_room_is_still_room_for_a_turn(chapter, task, tools_module):
+    policy = ScriptedPolicy(chapter, task, [], every_turn="?bbbbb")  # turns of 6 tokens, each a tool call
+    limits = tools_module.Limits(max_turns=9, max_tokens=10, max_new=6)
+    episode = run(chapter, policy, Tools(tools_module), task, prompt_for(tools_module), limits)
+    # 6 tokens, a reply of 3: 9 of 10, so room 1: a second turn of at most 1 token
+    assert policy.max_new[:2] == [6, 1] and episode.ended == "tokens", (
+        f"asked for {policy.max_new} new tokens, ended {episode.ended!r} at {len(episode.ids)} tokens: with 9 of "
+        "max_tokens=10 held, one token of room is left, so the episode takes another turn, of at most 1 token; "
+        "it ends ('tokens') only once it holds max_tokens or more")
 
 
 @pytest.mark.todo("run_episode")
