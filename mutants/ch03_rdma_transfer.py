@@ -221,4 +221,16 @@ MUTANTS += [
     await handle.buffer.read_into(destination, timeout=timeout)
     return destination
     '''),
+    # From a mechanical set (one operator at one site of the solution; caught by a case added for it):
+    Mutant("expose", "checks emptiness before contiguity (only an empty sparse tensor tells them apart)", '''
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(not_a_tensor(tensor))
+        if tensor.dim() != 1:
+            raise ValueError(not_flat(tensor))
+        if tensor.numel() == 0:
+            raise ValueError(empty_tensor(tensor))
+        if not tensor.is_contiguous():
+            raise ValueError(not_contiguous(tensor))
+        return TensorHandle(RDMABuffer(tensor), tensor.dtype, tensor.numel())
+    '''),
 ]

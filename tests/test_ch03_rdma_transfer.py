@@ -71,9 +71,11 @@ def test_the_handle_is_tiny_next_to_the_payload(chapter, procs):
         (torch.zeros(0, 3), ValueError, "not_flat"),  # 2-D and empty: likewise
         (torch.zeros(16)[::2], ValueError, "not_contiguous"),
         (torch.zeros(0), ValueError, "empty_tensor"),
+        # 1-D and empty, but sparse: torch never calls a sparse tensor contiguous, so that rule answers first
+        (torch.zeros(0).to_sparse(), ValueError, "not_contiguous"),
         ([1.0, 2.0], TypeError, "not_a_tensor"),
     ],
-    ids=["2-D", "0-D", "2-D-strided", "2-D-empty", "strided", "empty", "list"],
+    ids=["2-D", "0-D", "2-D-strided", "2-D-empty", "strided", "empty", "sparse-empty", "list"],
 )
 def test_expose_refuses_what_rdma_cannot_point_at_by_the_right_rule(chapter, bad, error, message):
     shown = "a list" if isinstance(bad, list) else f"a tensor of shape {tuple(bad.shape)}, stride {bad.stride()}"
