@@ -474,7 +474,7 @@ MUTANTS += [
             episode.ended = "cancelled"
             return episode
 ''')),
-    # From a mechanical set (one operator at one site of the solution; each caught by a test extended for it):
+    # From a mechanical set (one operator at one site of the solution; caught by a test added for it):
     Mutant("run_episode", "one token of room left is taken for none: the episode ends a token early",
            LOOP.replace("if room <= 0:", "if room <= 1:")),
 ]

@@ -330,8 +330,9 @@ def test_publish_awaits_the_store_and_never_blocks_the_trainers_loop(chapter):
     finally:
         publisher.staging.close()
     assert (answer, again, publisher.skipped, len(store.claim.calls)) == (None, None, 2, 2), (
-        f"two claims, each answered None: publish answered {answer!r} and {again!r} with self.skipped "
-        f"{publisher.skipped}; expected None, None and 2 (each skip answers None and adds one to self.skipped)")
+        f"two publishes on a store with no free slot: publish answered {answer!r} and {again!r}, with self.skipped "
+        f"{publisher.skipped} after {len(store.claim.calls)} claim(s); expected None, None, 2 and 2 (one claim per "
+        "publish; each skip answers None and adds one to self.skipped)")
 
 
 @pytest.mark.todo("WeightPublisher.publish")
