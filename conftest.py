@@ -57,6 +57,10 @@ def pytest_addoption(parser):
                     help="append progress events as JSON lines while the session runs (used by the koans CLI)")
     group.addoption("--koans-only-todo", metavar="KEY", default=None,
                     help="run only the tests marked with this TODO (koans verify --mutants: is the mutant caught?)")
+    group.addoption("--koans-plan", metavar="PATH", default=None,
+                    help="write each collected test's TODO and gpu marks as JSON (the grader's plan, koans.grading.plan)")
+    group.addoption("--koans-probe", metavar="PATH", default=None,
+                    help="after the tests, answer the grader's probes in PATH with the chapter's code (koans.grading.probes)")
 
 
 def pytest_configure(config):
@@ -253,6 +257,12 @@ def pytest_sessionstart(session):
 def pytest_collection_finish(session):
     session.config.koans_results.collected = len(session.items)
     session.config.koans_progress.event("collected", count=len(session.items))
+    plan = session.config.getoption("--koans-plan")
+    if plan:
+        from koans.grading.plan import write_plan
+
+        write_plan(plan, [(item.nodeid, item.name, [t.key for t in _marked_todos(item)],
+                           item.get_closest_marker("gpu") is not None) for item in session.items])
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -330,6 +340,12 @@ def pytest_sessionfinish(session, exitstatus):
     session.config.koans_leftovers = leftovers
     if leftovers:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    probe = session.config.getoption("--koans-probe")
+    if probe and session.items:
+        from koans.grading.probes import answer_in_session
+
+        session.config.koans_results.probes = answer_in_session(probe, session.items[0].path.stem,
+                                                                session.config.koans_impl)
     session.config.koans_results.write(leftovers)
     session.config.koans_session = session
 

@@ -817,12 +817,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "workshop":
             return cmd_workshop(args.off)
         if args.command == "grade":
-            from koans.grade import grade
+            from koans.grading.judge import grade_submission
 
             chapters = tuple(find_chapter(c) for c in args.chapters.split(",")) if args.chapters else None
-            return grade(Path(args.out), args.time_limit, chapters)
+            grade_submission(PROJECT_ROOT / "exercises", Path(args.out), chapters, args.time_limit,
+                             reference=PROJECT_ROOT if (PROJECT_ROOT / "solutions").is_dir() else None)
+            return 0
         if args.command == "autograder":
-            from koans.autograder import build
+            from koans.grading.package import build
 
             return build(Path(args.out), Path(args.wheels) if args.wheels else None)
         if args.command == "viz":

@@ -15,7 +15,8 @@ stretch TODOs, which `koans workshop` gives at the workshop's depth: the only re
 then holds, by design; leave it out for a graded class. The build ends by scanning every file of
 the edition for every other TODO's reference body, and fails if one is there.
 
-The autograder zip (koans.autograder) is this edition, without --workshop, plus Gradescope's scripts.
+The autograder zip (koans.grading.package) is this edition, without --workshop, plus the grader's plan, the judge's
+reference (locked to root by setup.sh) and Gradescope's scripts.
 """
 
 from __future__ import annotations
@@ -92,6 +93,21 @@ def pristine_stub(chapter: Chapter) -> str:
 
 
 # ---------------------------------------------------------------- building one
+
+
+def edition_data(root: Path = PROJECT_ROOT, stubs: dict[str, str] | None = None) -> dict:
+    """What koans/edition.json holds for the runner where solutions/ is missing: each TODO, each stub."""
+    from koans.manifest import todos_of
+    from koans.stubgen import expected_exercises
+
+    stubs = stubs if stubs is not None else expected_exercises(root / "solutions")
+    data: dict = {"todos": {}, "stubs": {c.source_file("exercises").name: stubs[c.source_file("exercises").name]
+                                         for c in CHAPTERS}}
+    for chapter in CHAPTERS:
+        data["todos"][chapter.tag] = [
+            {"chapter": t.chapter, "key": t.key, "summary": t.summary, "guidance": list(t.guidance), "indent": t.indent,
+             "begin": t.begin, "end": t.end, "can_wait": t.can_wait} for t in todos_of(chapter)]
+    return data
 
 
 def reference_bodies(root: Path = PROJECT_ROOT) -> dict[str, str]:
@@ -218,12 +234,7 @@ def build(out: Path, workshop: bool = False, root: Path = PROJECT_ROOT, quiet: b
         (out / "exercises" / name).write_text(text)
     (out / "README.md").write_text(_edition_readme((root / "README.md").read_text()))
 
-    data: dict = {"todos": {}, "stubs": {c.source_file("exercises").name: stubs[c.source_file("exercises").name]
-                                         for c in CHAPTERS}}
-    for chapter in CHAPTERS:
-        data["todos"][chapter.tag] = [
-            {"chapter": t.chapter, "key": t.key, "summary": t.summary, "guidance": list(t.guidance), "indent": t.indent,
-             "begin": t.begin, "end": t.end, "can_wait": t.can_wait} for t in todos_of(chapter)]
+    data = edition_data(root, stubs)
     if workshop:
         data["stretch"] = {}
         for chapter in CHAPTERS:

@@ -1,147 +1,334 @@
-"""Submissions written by a hostile student, each graded through the real autograder path.
+"""Submissions written by a hostile student, and by honest but unusual ones, graded through the real path.
 
-The autograder zip is built and unpacked as Gradescope does; each submission goes through
-`run_autograder`. Every TODO of chapter 04 is left unsolved (`raise NotImplementedError`), and each
-submission adds one trick that, without the guard, raised the score or could have. Each must score 0,
-and the results must name what was found and where (file:line), so an instructor can act. Each
-kind's result line is printed, so the CI log shows it.
+The autograder zip is built and unpacked as Gradescope does, setup.sh makes the grader's users, and each
+submission goes through `run_autograder`. Every cheat sits inside a TODO body, the only place the grader
+takes code from, with that chapter's other TODOs left unsolved: each must score 0 for its chapter, and
+the results must name it (file:line and what) wherever the grader can see it. The cheats come in the
+classes of attack the grader closes (docs/appendix/instructors.md, "The threat model"):
+
+  1. past the text check, to the interpreter (names fetched at run time, string evaluators, classes
+     built at run time, frames) and answers fitted to the tests' own inputs;
+  2. monkeypatching through an alias (a helper's parameter, a container, the type of an argument);
+  3. processes that outlive their chapter;
+  4. killing or starving the grader;
+  5. tests that skip themselves.
+
+Beside them, honest answers written in unusual ways must keep full marks. After every run, no process
+of a chapter's user is left. Each result line is printed, so that the CI log shows them.
 """
 
 import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
-from koans.manifest import PROJECT_ROOT
-from test_autograder import LIMIT_S, build, unpack
+from koans.manifest import CHAPTERS, PROJECT_ROOT, find_chapter
+from test_autograder import LIMIT_S, build, chapter_processes, in_todo, run_autograder, set_up, unpack
 
-pytestmark = pytest.mark.time_limit(600)
-CH04 = "ch04_controllers.py"
-RECORD_STUB = 'raise NotImplementedError("TODO(ch04): append (source, metric, value) to self.records and return the count")'
+pytestmark = pytest.mark.time_limit(900)
 
 
 @pytest.fixture(scope="module")
 def source(tmp_path_factory):
-    """The unpacked autograder zip (the student edition: no solutions/, no mutants/)."""
-    root = tmp_path_factory.mktemp("zip")
+    """The unpacked autograder zip, set up by its own setup.sh (the chapters' users, judge/ locked to root)."""
+    root = tmp_path_factory.mktemp("autograder")
     source = unpack(build(root / "autograder.zip"), root / "source")
-    assert not (source / "solutions").exists() and not (source / "mutants").exists()
+    set_up(source, root)
     return source
 
 
-def stub(source, name=CH04):
-    return (source / "exercises" / name).read_text()
-
-
-def in_todo(source, *body):
-    """Chapter 04's stub with MetricsSink.record's stub replaced by `body` (at its indentation); and the
-    file's line of the body's first line."""
-    text = stub(source)
-    line = text[:text.index(RECORD_STUB)].count("\n") + 1
-    indent = " " * 8
-    return text.replace(RECORD_STUB, ("\n" + indent).join(body), 1), line
-
-
-def grade(source, tmp_path, files, chapters="4"):
-    root = tmp_path / "autograder"
-    submission = root / "submission"
-    for name, text in files.items():
-        (submission / name).parent.mkdir(parents=True, exist_ok=True)
-        (submission / name).write_text(text)
-    env = {**os.environ, "AUTOGRADER_ROOT": str(root), "KOANS_CHAPTERS": chapters, "PYTHON": sys.executable}
-    env.pop("KOANS_IMPL", None)
-    done = subprocess.run([sys.executable, "-m", "koans.autograder", "run", "--root", str(root)], cwd=source, env=env,
-                          capture_output=True, text=True, timeout=LIMIT_S)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return json.loads((root / "results" / "results.json").read_text())
-
-
-def report(kind, results, capsys):
-    line = next((t for t in results["tests"] if t["name"].startswith("ch04")), {})
-    first = line.get("output", "").split("\n")
-    lines = first + results["output"].split("\n")
-    found = next((text.strip() for text in lines if f"{CH04}:" in text or "Ignored" in text), lines[0])
+def show(capsys, kind: str, entry_output: str, score: float) -> None:
+    spot = next((line.strip() for line in entry_output.splitlines() if ".py:" in line or "judge" in line
+                 or "killed" in line), entry_output.splitlines()[0] if entry_output else "")
     with capsys.disabled():
-        print(f"\n  hostile [{kind}]: score {results['score']} / 10; {found[:200]}")
+        print(f"\n  [{kind}]: {score:g} / 10; {spot[:220]}")
 
 
-REFUSED = {
-    # kind: (the TODO's body, what the message must name)
-    "rewrite the results (koans.results)": (
-        ["import koans.results as results", "results.ResultLog.write = lambda self, leftovers: None"], "import koans.results"),
-    "rewrite the results (torch.sys.modules)": (
-        ['torch.sys.modules["koans.results"].ResultLog.add = None'], ".sys"),
-    "a pytest hook in a TODO": (
-        ["def pytest_runtest_makereport(item, call):", "    pass", "return 0"], "pytest_runtest_makereport"),
-    "import the reference answers": (
-        ["from solutions.ch04_controllers import MetricsSink as Answer", "return Answer.record(self, source, metric, value)"],
-        "from solutions.ch04_controllers import"),
-    "read the grader's files": (
-        ['return open("/autograder/source/koans/grade.py").read()'], "the name open"),
-    "write to a test file": (
-        ["import pathlib", 'pathlib.Path("tests/test_ch04_controllers.py").write_text("")'], "import pathlib"),
-    "write to another chapter's file": (
-        ['with open("exercises/ch05_supervision.py", "w") as f:', '    f.write("")'], "the name open"),
-    "exit early (os._exit)": (["os._exit(0)"], "os used other than"),
-    "exit early (sys.exit)": (["import sys", "sys.exit(0)"], "import sys"),
-    "exit early (raise SystemExit)": (["raise SystemExit(0)"], "SystemExit"),
-    "fork": (["if os.fork() == 0:", "    pass"], "os used other than"),
-    "sys.modules": (["import importlib", 'importlib.import_module("koans.grade")'], "import importlib"),
-    "gc": (["import gc", "gc.get_objects()"], "import gc"),
-    "dunder walk to every class": (["return ().__class__.__base__.__subclasses__()"], ".__class__"),
-    "getattr with a computed name": (['return getattr(torch, "s" + "ys")'], "getattr()"),
-    "a format string that walks attributes": (['return "{0.f_back}".format(self)'], ".format()"),
-    "eval": (['return eval("1")'], "the name eval"),
-    "monkeypatch the chapter's given code": (["Worker.ping = lambda self: 1", "return 0"], "monkeypatching"),
-    "monkeypatch through an alias": (["sink_class = Worker", "sink_class.ping = None", "return 0"], "monkeypatching"),
-    "monkeypatch the test helpers": (["import koans.testing", "koans.testing.TIMEOUT = 0"], "import koans.testing"),
-    "code that leaves its function": (["return 0", "", "import os as _os", "_os.system('true')"], "outside its function"),
+def chapter_score(results, tag: str) -> tuple[float, str]:
+    mine = [t for t in results["tests"] if t["name"].startswith(tag)]
+    assert mine, f"no result for {tag}: {results['output'][-2000:]}"
+    return sum(t["score"] for t in mine), "\n".join(t["output"] for t in mine)
+
+
+# ---------------------------------------------------------------- cheats: (chapter, TODO, body, what the output names)
+
+CHEATS = {
+    # 1. past the text check, to the interpreter
+    "1: a module fetched by a name built at run time": (1, "Greeter.greet", [
+        'modules = getattr(torch, "s" + "ys").modules', 'modules["koans.results"].ResultLog.write = None',
+        'return f"Hello, {who}!"'], "the module sys"),
+    "1: a class built at run time, equal to everything": (2, "Worker.add", [
+        'Always = type("Always", (), {"_" * 2 + "eq" + "_" * 2: lambda s, o: True})', "return Always()"],
+        "three arguments"),
+    "1: a format string that walks to the frames": (3, "expose", [
+        'field = "{0." + "gi_frame" + ".f_back.f_globals}"', "return field.format(x for x in [tensor])"],
+        "format field"),
+    "1: a task's frames": (5, "classify", [
+        "frame = asyncio.current_task().get_stack()[0]", 'frame.f_globals["TIMEOUT"] = 0',
+        'return Outcome("ok", None, where)'], "frame"),
+    "1: a string evaluated by a library": (4, "MetricsSink.record", [
+        "import typing", "def rigged(x: 'int'):", "    return x", "return typing.get_type_hints(rigged)"],
+        "typing.get_type_hints"),
+    "1: a class that answers == its own way": (4, "find_sink", [
+        "class Always:", "    def __eq__(self, other):", "        return True", "return Always()"], "__eq__"),
+    "1: a string ForwardRef evaluates, through a private name fetched at run time": (1, "start_one_process", [
+        "import typing", 'payload = "import sys; sys.modules[\'koans.results\'].ResultLog.write = None"',
+        'ref = typing.ForwardRef("exec(p) or int")', 'getattr(ref, "_evaluate")({"p": payload}, None, frozenset())',
+        'raise NotImplementedError("not solved")'], "typing.ForwardRef"),
+    "1: a private name through a method's own parameter": (3, "expose", [
+        "import typing", "class Helper:", "    def note(fr):", "        return fr._evaluate",
+        'Helper.note(typing.ForwardRef("1"))({}, None, frozenset())', "return None"], "typing.ForwardRef"),
+    "1: a string annotation that runs code": (1, "Greeter.whereabouts", [
+        "def rigged(x: \"__import__('os').system('true')\"):", "    return x", "return {}"], "annotation"),
+    # 2. monkeypatching through an alias
+    "2: through a helper's parameter": (4, "MetricsSink.record", [
+        "import torch", "def patch(module):", "    module.equal = lambda *a, **k: True", "patch(torch)", "return 0"], "module torch"),
+    "2: through a container": (2, "Worker.whoami", ["[Worker][0].add = lambda self, amount: 0", "return {}"],
+                               "class Worker"),
+    "2: through the type of an argument": (1, "Greeter.greet", [
+        "type(self).whereabouts = lambda self: {}", 'return ""'], "class Greeter"),
+    "2: a library class": (3, "TensorOwner.send_copy", ["torch.Tensor.equal = lambda *a: True", "return None"],
+                           "class Tensor"),
+    "2: a method shadowed on its object": (4, "MetricsSink.record", ["self.summary = lambda: {}", "return 0"],
+                                           "replacing .summary"),
+    # 3. processes that outlive their chapter
+    "3: a subprocess through asyncio": (5, "classify", [
+        'child = await asyncio.create_subprocess_exec("sleep", "1000")', 'return Outcome("ok", None, where)'],
+        "create_subprocess_exec"),
+    "3: a process through an event loop's method read from its class": (5, "classify", [
+        "loop = asyncio.get_running_loop()",
+        'await asyncio.BaseEventLoop.subprocess_exec(loop, asyncio.SubprocessProtocol, "sleep", "1000")',
+        'return Outcome("ok", None, where)'], "subprocess_exec"),
+    "3: a process started with a bootstrap command": (1, "start_one_process", [
+        'return this_host().spawn_procs(per_host={"procs": 1}, bootstrap_command="/bin/sh")'], "bootstrap_command"),
+    # 4. killing or starving the grader
+    "4: a signal to the grader": (2, "Worker.add", ["os.kill(os.getppid(), 9)", "return 0"], "os used other than"),
+    "4: Monarch's client ended": (3, "pull_into", ["import monarch.actor", "monarch.actor.shutdown_context()",
+                                                   "return destination"], "shutdown_context"),
+    # 5. tests that skip themselves
+    "5: pytest's skip": (5, "classify", ["import pytest", 'pytest.skip("later")'], "import pytest"),
+    "5: unittest's SkipTest": (2, "sum_of_squares", ["from unittest import SkipTest", "raise SkipTest()"],
+                               "from unittest import"),
+    "5: a skip reached through torch": (1, "Greeter.greet", ['skip = torch.testing', 'return ""'],
+                                        "torch.testing"),
 }
 
 
-@pytest.mark.parametrize("kind", list(REFUSED))
-def test_a_hostile_todo_is_refused_and_named(source, tmp_path, capsys, kind):
-    body, named = REFUSED[kind]
-    if kind == "code that leaves its function":  # these lines start at column 0: the region dedents out of record()
-        text, line = in_todo(source, "return 0")
-        text = text.replace("        return 0\n", "        return 0\n\nimport os as _os\n_os.system('true')\n\nclass _Shell:\n", 1)
-    else:
-        text, line = in_todo(source, *body)
-    results = grade(source, tmp_path, {CH04: text})
-    report(kind, results, capsys)
-    assert results["score"] == 0
-    [entry] = [t for t in results["tests"] if t["name"].startswith("ch04")]
-    assert entry["status"] == "failed" and entry["output"].startswith("Refused"), entry["output"]
-    assert named in entry["output"], f"the message must name what was found ({named!r}): {entry['output']}"
-    spots = [int(part.split(":")[1]) for part in entry["output"].split() if part.startswith(f"{CH04}:")]
-    assert spots and all(line <= spot <= line + len(body) + 3 for spot in spots), \
-        f"the message must say where (lines {line}..): {entry['output']}"
+def _rounds() -> list[list[str]]:
+    """The cheats in submissions of one cheat per chapter, so that each chapter's result is its cheat's alone."""
+    by_chapter: dict[int, list[str]] = {}
+    for kind, (number, *_) in CHEATS.items():
+        by_chapter.setdefault(number, []).append(kind)
+    depth = max(len(kinds) for kinds in by_chapter.values())
+    return [[kinds[i] for kinds in by_chapter.values() if len(kinds) > i] for i in range(depth)]
 
 
-def test_what_is_outside_the_todos_never_runs(source, tmp_path, capsys):
-    """The issue's attacks, as a student appended them (module-level code), with a conftest.py and a pytest plugin
-    beside them, and a chapter 01 file that rewrites chapter 04's tests: none of it runs; ch04 scores 0 as a stub."""
-    attack = ("\nimport json, pathlib, sys\n"
-              "sys.modules['koans.results'].ResultLog.write = lambda *a: None\n"
-              "for p in pathlib.Path('tests').glob('test_ch04*.py'):\n    p.write_text('def test_free():\\n    pass\\n')\n")
-    plugin = "def pytest_runtest_logreport(report):\n    report.outcome = 'passed'\n"
-    files = {CH04: stub(source) + attack, "ch01_hello_actor.py": stub(source, "ch01_hello_actor.py") + attack,
-             "conftest.py": plugin, "pytest_plugin.py": plugin}
-    results = grade(source, tmp_path, files, chapters="4")
-    report("module-level code, conftest.py, a pytest plugin, another chapter's file", results, capsys)
-    assert results["score"] == 0, results["output"]
-    assert f"{CH04}:{stub(source).count(chr(10)) + 2}: code outside every TODO" in results["output"], results["output"]
-    assert "ch01_hello_actor.py:" in results["output"] and "Ignored" in results["output"]
-    assert "conftest.py" in results["output"] and "pytest_plugin.py" in results["output"]
-    ch04 = [t for t in results["tests"] if t["name"].startswith("ch04")]
-    assert ch04 and all(t["score"] == 0 and "TODO(ch04)" in t["output"] for t in ch04), "graded as the stub it is"
+ROUNDS = _rounds()
 
 
-def test_an_honest_solution_keeps_full_marks(source, tmp_path, capsys):
-    """The guard refuses nothing a reference answer does (imports in a TODO, helper code, getattr on a parameter)."""
-    solution = (PROJECT_ROOT / "solutions" / CH04).read_text()
-    results = grade(source, tmp_path, {CH04: solution})
-    report("the reference answer (honest)", results, capsys)
-    assert results["score"] == pytest.approx(10.0, abs=0.01), results["output"]
+@pytest.mark.parametrize("round_", range(len(ROUNDS)), ids=[f"round{i}" for i in range(len(ROUNDS))])
+def test_each_cheat_scores_zero_and_is_named(source, capsys, round_):
+    kinds = ROUNDS[round_]
+    files, lines = {}, {}
+    for kind in kinds:
+        number, key, body, _ = CHEATS[kind]
+        text, line = in_todo(source, number, key, *body)
+        files[f"{find_chapter(number).module}.py"] = text
+        lines[kind] = (line, len(body))
+    chapters = ",".join(str(CHEATS[kind][0]) for kind in kinds)
+    results = run_autograder(source, files, chapters)
+    for kind in kinds:
+        number, key, body, named = CHEATS[kind]
+        tag = find_chapter(number).tag
+        score, output = chapter_score(results, tag)
+        show(capsys, kind, output, score)
+        assert score == 0, f"{kind}: scored {score}:\n{output[:2000]}"
+        assert "Refused" in output and named in output, f"{kind}: the output must name {named!r}:\n{output[:2000]}"
+        first, count = lines[kind]
+        name = f"{find_chapter(number).module}.py"
+        spots = [int(part.split(":")[1]) for part in output.split() if part.startswith(f"{name}:")]
+        assert spots and all(first <= spot <= first + count for spot in spots), \
+            f"{kind}: the output must give the line ({first}..): {output[:1500]}"
+    assert chapter_processes() == [], "nothing of the submission is left running"
+
+
+def test_answers_fitted_to_the_tests_inputs_pass_the_tests_but_not_the_judge(source, capsys, tmp_path):
+    """Chapter 08's intersect answered from a table of what its tests ask (recorded from the reference): its tests
+    pass, and only the judge's own questions, drawn at grading time, show that it computes nothing. (The reference's
+    plan_transfer calls it too, so the plan's points go as well.)"""
+    recorder = tmp_path / "record_intersect.py"
+    recorder.write_text(
+        "CALLS = {}\n"
+        "def pytest_collection_finish(session):\n"
+        "    import solutions.ch08_dtensor_reshard as chapter\n"
+        "    real = chapter.intersect\n"
+        "    def recorded(a, b):\n"
+        "        CALLS[repr((tuple(a), tuple(b)))] = real(a, b)\n"
+        "        return CALLS[repr((tuple(a), tuple(b)))]\n"
+        "    chapter.intersect = recorded\n"
+        "def pytest_sessionfinish(session):\n"
+        f"    open({str(tmp_path / 'calls.txt')!r}, 'w').write(repr(CALLS))\n")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "record_intersect",
+                           "tests/test_ch08_dtensor_reshard.py", "-k", "intersect", "--impl", "solutions"],
+                          cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=LIMIT_S,
+                          env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    table = (tmp_path / "calls.txt").read_text()  # a dict literal: the boxes the tests ask about, and the answers
+    assert len(table) > 1000 and "passed" in done.stdout, done.stdout[-2000:]
+    body = [f"TABLE = {table}", "return TABLE.get(repr((tuple(a), tuple(b))))"]
+    solution = (PROJECT_ROOT / "solutions" / "ch08_dtensor_reshard.py").read_text()
+    results = run_autograder(source, {"ch08_dtensor_reshard.py": _replace_region(solution, "intersect", body)}, "8")
+    ch08 = [t for t in results["tests"] if t["name"].startswith("ch08")]
+    intersect = [t for t in ch08 if "intersect" in t["name"]]
+    show(capsys, "1: answers fitted to the tests' inputs", "\n".join(t["output"] for t in intersect),
+         sum(t["score"] for t in intersect))
+    assert intersect and all(t["score"] == 0 for t in intersect), [t["name"] for t in intersect if t["score"]]
+    assert all("The test passed, but the judge's own check" in t["output"] and "TODO intersect" in t["output"]
+               for t in intersect), intersect[0]["output"]
+    assert chapter_processes() == []
+
+
+def test_a_chapter_that_starves_the_machine_is_ended_and_the_others_are_graded(source, capsys):
+    """Chapter 04 eats memory without end; its box's memory limit ends it, and chapter 01, honest, keeps its 10."""
+    eat, _ = in_todo(source, 4, "MetricsSink.record", "import torch", "chunks = []", "while True:",
+                     "    chunks.append(torch.ones(2 ** 26))", "return 0")
+    honest = (PROJECT_ROOT / "solutions" / "ch01_hello_actor.py").read_text()
+    results = run_autograder(source, {"ch04_controllers.py": eat, "ch01_hello_actor.py": honest}, "1,4",
+                             KOANS_CHAPTER_MEMORY_GB="2")
+    score, output = chapter_score(results, "ch04")
+    show(capsys, "4: memory without end", output, score)
+    assert score == 0 and "Killed" in output, output[:2000]
+    assert chapter_score(results, "ch01")[0] == pytest.approx(10.0, abs=0.01), "the honest chapter is graded as ever"
+    assert chapter_processes() == []
+
+
+def test_a_grader_that_dies_still_leaves_results_for_the_chapters_it_finished(source, capsys):
+    """The judge killed after chapter 01: the supervisor writes results.json, with chapter 01's score and why."""
+    root = source.parent
+    submission = root / "submission"
+    subprocess.run(["rm", "-rf", str(submission)], check=True)
+    submission.mkdir()
+    (submission / "ch01_hello_actor.py").write_text((PROJECT_ROOT / "solutions" / "ch01_hello_actor.py").read_text())
+    env = {**os.environ, "AUTOGRADER_ROOT": str(root), "KOANS_CHAPTERS": "1,2,3", "PYTHON": sys.executable}
+    env.pop("KOANS_IMPL", None)
+    results = root / "results" / "results.json"
+    results.unlink(missing_ok=True)
+    grader = subprocess.Popen([str(source / "run_autograder")], cwd=root, env=env, stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + LIMIT_S
+    while time.monotonic() < deadline:
+        try:
+            if any(t["name"].startswith("ch01") for t in json.loads(results.read_text())["tests"]):
+                break
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.2)
+    judges = [pid for pid in os.listdir("/proc") if pid.isdigit() and _cmdline(pid).find("koans.grading.judge") >= 0]
+    for pid in judges:
+        os.kill(int(pid), 9)
+    grader.communicate(timeout=LIMIT_S)
+    data = json.loads(results.read_text())
+    with capsys.disabled():
+        print(f"\n  [4: the judge killed mid-run]: {data['output'].splitlines()[0][:200]}")
+    assert judges and "did not finish" in data["output"], data["output"][:500]
+    assert chapter_score(data, "ch01")[0] == pytest.approx(10.0, abs=0.01), "what was graded keeps its score"
+    assert chapter_processes() == []
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        return open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+# ---------------------------------------------------------------- honest but unusual: full marks
+
+HONEST = {
+    (1, "Greeter.greet"): ["self.greetings_given = self.greetings_given + 1",
+                           'template = "Hello, {}! I am {} (greeting #{})."',
+                           "return template.format(who, self.name, self.greetings_given)"],
+    (4, "MetricsSink.record"): ["import re", 'word = re.compile(r".*", re.DOTALL)', "entry = (source, metric, value)",
+                                "if word.fullmatch(str(metric)) is not None:", "    self.records.append(entry)",
+                                "return len(self.records)"],
+    (6, "Service.next_replica"): [
+        "import itertools", "count = len(self.replicas)",
+        "order = itertools.islice(itertools.cycle(self.replicas), self.cursor % count, self.cursor % count + count)",
+        "for replica in order:", "    if replica.healthy and replica.index not in exclude:",
+        "        self.cursor = (replica.index + 1) % count", "        return replica", "return None"],
+    (7, "WeightStore.claim"): [
+        "now = time.monotonic()",
+        "expired = [k for k, (_, since) in self.leases.items() if now - since > self.lease_timeout_s]",
+        "for lease in expired:", "    self.leases.pop(lease)", '    self.counts["expired_leases"] += 1',
+        "needed = {slot for slot, _ in self.leases.values()} | set(self.writing)",
+        "if self.latest is not None:", "    needed.add(self.latest[1])",
+        "free = [slot for slot in range(len(self.offers)) if slot not in needed]",
+        "if not free:", '    self.counts["skipped_claims"] += 1', "    return None",
+        "slot = max(free)  # any free slot will do: the highest", "self.writing.add(slot)", "return slot"],
+    (8, "shard_box"): [
+        "def split(offset, length, parts, index):", "    size = -(-length // parts)",
+        "    start = min(index * size, length)", "    return offset + start, max(0, min(size, length - start))",
+        "box = [(0, size) for size in shape]", "for m, placement in enumerate(placements):",
+        "    match placement:", "        case Shard(dim=d):", "            offset, share = split(*box[d], mesh_shape[m], coord[m])",
+        "            box[d] = (offset, share) if share else (shape[d], 0)", "        case _:", "            pass",
+        "return tuple(box)"],
+    (8, "plan_transfer"): [
+        "holders = {}", "for rank, box in src_boxes.items():", "    holders.setdefault(box, []).append(rank)",
+        "for dst_rank, coord in ranks(dst_mesh):", "    dst_box = shard_box(shape, dst_mesh, dst_placements, coord)",
+        "    work = list(holders)", "    pieces = []", "    while work:", "        src_box = work[0]",
+        "        work.remove(src_box)", "        overlap = intersect(src_box, dst_box)",
+        "        if overlap is None:", "            continue", "        group = sorted(holders[src_box])",
+        "        pieces.append(Piece(group[dst_rank % len(group)], local_slices(overlap, src_box),",
+        "                            local_slices(overlap, dst_box)))", "    plan[dst_rank] = pieces", "return plan"],
+    (10, "group_advantages"): [
+        "out = torch.zeros_like(rewards)", "for i in range(rewards.shape[0]):", "    row = rewards[i]",
+        "    spread = row.std() if row.numel() > 1 else torch.zeros(())",
+        "    out[i] = (row - row.mean()) / (spread + eps)", "return out"],
+    (11, "AdmissionWindow.admit"): [
+        "trained_at, _ = divmod(number := self.admitted, self.batch_groups)",
+        "if (lag := trained_at - generator_version) > self.max_lag:", "    self.refused += 1", "    return None",
+        "self.admitted = number + 1", "return number"],
+    (11, "truncated_importance_weights"): [
+        "import math", "limit = math.inf if cap is None else cap", "with torch.no_grad():",
+        "    ratio = (proximal_logps - behaviour_logps).exp().clamp(max=limit)",
+        "return ratio.masked_fill(mask == 0, 0.0)"],
+    (12, "Episode.append_turn"): [
+        "import itertools", "match logprobs:", "    case None:",
+        "        owner, logs, versions = 0.0, [0.0] * len(ids), [-1] * len(ids)",
+        "    case list() | tuple() if len(logprobs) == len(ids):",
+        "        owner, logs, versions = 1.0, list(logprobs), [version] * len(ids)", "    case _:",
+        '        raise ValueError("one log-probability per token")', "self.ids.extend(ids)",
+        "self.mask.extend(itertools.repeat(owner, len(ids)))", "self.logprobs.extend(logs)",
+        "self.versions.extend(versions)"],
+    (12, "Episode.version"): ["import itertools", "return min(itertools.compress(self.versions, self.mask))"],
+}
+
+
+def test_honest_but_unusual_answers_keep_full_marks(source, capsys):
+    """Helpers, `match` on values and classes, comprehensions, walrus, list.remove, re.compile, itertools, math,
+    writing rows into a tensor the TODO made, str.format, the highest free slot: each in a submission whose other
+    TODOs are the reference's, through every layer, probes included."""
+    files = {f"{c.module}.py": (PROJECT_ROOT / "solutions" / f"{c.module}.py").read_text() for c in CHAPTERS}
+    for (number, key), body in HONEST.items():
+        name = f"{find_chapter(number).module}.py"
+        files[name] = _replace_region(files[name], key, body)
+    results = run_autograder(source, files, "1,4,6,7,8,10,11,12")
+    for number in (1, 4, 6, 7, 8, 10, 11, 12):
+        tag = find_chapter(number).tag
+        score, output = chapter_score(results, tag)
+        show(capsys, f"honest {tag}: {', '.join(k for n, k in HONEST if n == number)}", output or "all passed", score)
+        assert score == pytest.approx(10.0, abs=0.01), f"{tag}: an honest answer lost points:\n{output[:3000]}"
+    assert chapter_processes() == []
+
+
+def _replace_region(solution: str, key: str, body: list[str]) -> str:
+    """The solution file with TODO `key`'s region holding `body` instead of the reference's code."""
+    from koans.stubgen import find_todos
+
+    lines = solution.splitlines()
+    name = next(f"{c.module}.py" for c in CHAPTERS if f"TODO({c.tag})" in solution)
+    todo = next(t for t in find_todos(solution, name) if t.key == key)
+    first, last = todo.begin + len(todo.guidance), todo.end - 1  # the code lines (1-based begin is the marker)
+    lines[first:last] = [todo.indent + line for line in body]
+    return "\n".join(lines) + "\n"
