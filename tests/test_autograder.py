@@ -188,6 +188,10 @@ def test_only_planned_tests_of_what_the_learner_writes_earn_points_and_a_skip_is
     judged = chapter_entries("ch07 weight_sync", 7, plan, report, timed_out=False, time_limit=60, refusals=[],
                              probe_failures={"WeightPublisher.publish": "case 1: 2 where the reference has 1"}, gpu=False)
     assert judged[1]["score"] == 0 and "judge's own check" in judged[1]["output"], "a probe that disagrees fails it"
+    from koans.grading.judge import _read_report
+
+    assert _read_report(b"[" * 100000 + b"]" * 100000) == {}, "a report nested to break the parser is no report"
+    assert _read_report(json.dumps({"tests": [{"nodeid": ["x"], "outcome": "passed"}]}).encode()) == {}
     for ended, killed, why in ((-9, True, "Killed"), (137, True, "Killed"), (3, False, "exit status 3")):
         forged = chapter_entries("ch07 weight_sync", 7, plan, {"collected": 1, "tests": [
             {"nodeid": t["nodeid"], "outcome": "passed"} for t in plan]}, timed_out=False, time_limit=60, refusals=[],

@@ -102,8 +102,11 @@ REFUSED = {
     "os beyond getpid": ("row_sums", ["os.kill(os.getppid(), 9)", "return rows"], "os used other than"),
     "os held as a value": ("row_sums", ["o = os", "return rows"], "os used other than"),
     "getattr passed around": ("row_sums", ["g = getattr", "return g(rows, 'sum')()"], "getattr used other than"),
-    "getattr with a dunder literal": ("row_sums", ['return getattr(rows, "__class__")'], "dunder name"),
-    "a private attribute of a module": ("row_sums", ["return torch._C"], "private attribute ._C"),
+    "getattr with a dunder literal": ("row_sums", ['return getattr(row_sums, "__globals__")'], "dunder name"),
+    "a class pattern that reads a function's globals": ("row_sums", [
+        "match row_sums:", "    case object(__globals__=g):", "        return g"], "class pattern's attribute"),
+    "a class pattern that reads a frame": ("row_sums", [
+        "match rows:", "    case object(f_globals=g):", "        return g"], "class pattern's attribute"),
     "SystemExit": ("row_sums", ["raise SystemExit(0)"], "the name SystemExit"),
     "setattr": ("row_sums", ['setattr(Given, "ping", None)', "return rows"], "the name setattr"),
     "vars of a module": ("row_sums", ["return vars(torch)"], "the name vars"),
@@ -180,6 +183,30 @@ HONEST = {
         "with warnings.catch_warnings():", "    warnings.simplefilter('ignore')",
         "    warnings.warn('nothing to see')", "return rows.sum(1)"],
     "a format field that reads an item": ['assert "{0[0]}-{1[k]}".format([7], {"k": 8}) == "7-8"', "return rows.sum(1)"],
+    "an event loop made and closed, a thread pool": [
+        "import asyncio, concurrent.futures", "loop = asyncio.new_event_loop()",
+        "with concurrent.futures.ThreadPoolExecutor(1) as pool:",
+        "    sums = loop.run_until_complete(loop.run_in_executor(pool, rows.sum, 1))", "loop.close()", "return sums"],
+    "an IntEnum, a typing.NamedTuple class, dataclasses of its own, a namedtuple's _replace and _asdict": [
+        "import collections, dataclasses, enum, typing", "class Axis(enum.IntEnum):", "    ROWS = 1",
+        "class Shape(typing.NamedTuple):", "    rows: int", "    cols: int",
+        "@dataclasses.dataclass(order=True, frozen=True)", "class Cell:", "    value: float",
+        "Pair = collections.namedtuple('Pair', 'a b')", "p = Pair(1, 2)._replace(b=3)",
+        "assert p._asdict() == {'a': 1, 'b': 3} and Shape(2, 2).cols == 2 and Cell(1.0) < Cell(2.0)",
+        "return rows.sum(int(Axis.ROWS))"],
+    "a logger named after the module; getattr of __name__, hasattr of __len__": [
+        "import logging", "log = logging.getLogger(__name__)", "log.debug('%s rows', len(rows))",
+        "assert getattr(row_sums, '__name__') == 'row_sums' and hasattr(rows, '__len__')", "return rows.sum(1)"],
+    "private attributes of its own objects, through any name": [
+        "class N:", "    def __init__(self):", "        self._v = 0", "    def add(self, other):",
+        "        return self._v + other._v", "n, m = N(), N()", "n._v = 1", "m._v = 2",
+        "assert n.add(m) == 3", "return rows.sum(1)"],
+    "a class pattern on a placement and a shape": [
+        "match rows:", "    case torch.Tensor(shape=shape, dtype=dtype) if len(shape) == 2:",
+        "        return rows.sum(1)", "    case _:", "        return None"],
+    "a numpy array's methods (as the chapter's own fingerprint uses them)": [
+        "arrays = [r.numpy() for r in rows]", "assert arrays[0].tobytes() and arrays[0].tolist() == [1.0, 2.0]",
+        "return torch.tensor([float(a.sum()) for a in arrays])"],
     "os.getpid and a str.format with plain fields": [
         "assert os.getpid() > 0", 'assert "{} {x}".format(1, x=2) == "1 2"', "return rows.sum(1)"],
     "a local class with __init__, __iter__ and a private attribute of its own": [
@@ -273,7 +300,26 @@ RUNTIME = {
     "a module fetched by name at run time": ("row_sums", ['m = getattr(torch, "s" + "ys")', "return rows"],
                                              "the module sys"),
     "a module reached through another": ("row_sums", ["return torch.sys.modules"], "the module sys"),
-    "a dunder built at run time": ("row_sums", ['return getattr(rows, "_" * 2 + "class" + "_" * 2)'], "dunder"),
+    "a dunder built at run time": ("row_sums", ['return getattr(row_sums, "_" * 2 + "globals" + "_" * 2)'], "dunder"),
+    "a private attribute of a module": ("row_sums", ["return torch._C"], "torch._C"),
+    "a name that is a str subclass answering startswith": ("row_sums", [
+        "class S(str):", "    def startswith(self, *args):", "        return False",
+        'return getattr(row_sums, S("__glo" + "bals__"))'], "not a plain str"),
+    "string.Formatter's walk by name": ("row_sums", [
+        "import string", 'return string.Formatter().get_field("0.__globals__", [row_sums], {})'], "string.Formatter"),
+    "functools.update_wrapper writing a module's attribute": ("row_sums", [
+        "import functools", "def h(*a):", "    return True",
+        "functools.update_wrapper(torch, h, assigned=('equal',), updated=())", "return rows"], "update_wrapper"),
+    "a dataclass made of a given class": ("row_sums", [
+        "import dataclasses", "dataclasses.dataclass(Given)", "return rows"], "dataclass applied to Given"),
+    "a dataclass made of a given class, imported by name": ("row_sums", [
+        "from dataclasses import dataclass", "dataclass(eq=True)(Given)", "return rows"], "dataclass applied to Given"),
+    "super().format walking attributes": ("row_sums", [
+        "class S(str):", "    def walk(self, x):", '        return super().format(x)',
+        'return S("{0.__class__}").walk(rows)'], "super().format"),
+    "a module's names captured by a pattern": ("row_sums", [
+        "import functools", "match functools:", "    case object(update_wrapper=u):", "        return u"],
+        "update_wrapper"),
     "unpickling": ("row_sums", ['return torch.load("x")'], "torch.load"),
     "a string evaluated by a library": ("row_sums", ["import typing", "def f(x: int): pass",
                                                      "return typing.get_type_hints(f)"], "typing.get_type_hints"),

@@ -81,6 +81,20 @@ CHEATS = {
     "1: a private name through a method's own parameter": (3, "expose", [
         "import typing", "class Helper:", "    def note(fr):", "        return fr._evaluate",
         'Helper.note(typing.ForwardRef("1"))({}, None, frozenset())', "return None"], "typing.ForwardRef"),
+    "1: a str subclass as an attribute name, answering startswith its own way": (1, "Greeter.greet", [
+        "class S(str):", "    def startswith(self, *args):", "        return False",
+        'g = getattr(run_demo, S("__glo" + "bals__"))', 'g["__builtins__"]["exec"]("pass", {})', 'return ""'],
+        "not a plain str"),
+    "1: a class pattern that reads a function's globals": (4, "find_sink", [
+        "def f():", "    pass", "match f:", "    case object(__globals__=g):", "        pass",
+        'g["__builtins__"]["exec"]("pass", {})', "return None"], "class pattern's attribute"),
+    "1: string.Formatter walking to the globals": (2, "Worker.add", [
+        "import string", "def f():", "    pass", 'g = string.Formatter().get_field("0.__globals__", [f], {})[0]',
+        'g["__builtins__"]["exec"]("pass", {})', "return 0"], "string.Formatter"),
+    "2: functools.update_wrapper writing torch.equal": (3, "TensorOwner.send_copy", [
+        "import functools", "def always(*a, **k):", "    return True",
+        "functools.update_wrapper(torch, always, assigned=('equal',), updated=())", "return None"],
+        "update_wrapper"),
     "1: a string annotation that runs code": (1, "Greeter.whereabouts", [
         "def rigged(x: \"__import__('os').system('true')\"):", "    return x", "return {}"], "annotation"),
     # 2. monkeypatching through an alias

@@ -9,9 +9,10 @@ what is allowed, never against a list of what is not:
     the chapter's module-level names, and the builtins in ALLOWED_BUILTINS. `getattr`, `hasattr` and
     `type` only as calls (they are replaced by guarded versions). A module that given code imported
     but a TODO may not use as a whole (os, socket) only as `os.getpid()` and the like;
-  - attributes: any public name (each read is vetted at run time, koans.grading.runtime); a private
-    `_name` only on a method's own object (`self._lock`); of dunder names, only `__name__`, `__class__`
-    and their like (ALLOWED_DUNDER_ATTRS), and `super().__init__`;
+  - attributes: any name but a dunder (each read is vetted at run time, koans.grading.runtime, which
+    allows a private `_name` only of the chapter's own objects); of dunder names, only `__name__`,
+    `__class__` and their like (ALLOWED_DUNDER_ATTRS), and `super().__init__`; in a class pattern
+    (`case Point(x=...)`), only public names that are not a frame's or a generator's;
   - imports: the computing modules in ALLOWED_IMPORTS, by absolute name;
   - classes: no metaclass keyword; dunder methods from ALLOWED_CLASS_DUNDERS only (a class that
     answers == or len() its own way could fool a test's comparison);
@@ -25,7 +26,8 @@ from __future__ import annotations
 import ast
 import builtins
 
-from koans.grading.runtime import ALLOWED_CLASS_DUNDERS, ALLOWED_MODULES, RESTRICTED_MODULES
+from koans.grading.runtime import (ALLOWED_CLASS_DUNDERS, ALLOWED_DUNDER_ATTRS, ALLOWED_MODULES, NAMEDTUPLE_API,
+                                   RESTRICTED_MODULES)
 
 #: Modules a TODO may import (absolute names; a submodule of one is allowed when runtime allows it too). Of
 #: os, socket, threading, logging and their like, only the attributes runtime lists can be read.
@@ -45,11 +47,11 @@ _EXCEPTIONS = {name for name, value in vars(builtins).items()
 ALLOWED_BUILTINS = frozenset(_SAFE_BUILTIN_FUNCTIONS | _EXCEPTIONS)
 #: Builtins that are replaced by guarded versions: allowed only as direct calls.
 GUARDED_BUILTINS = frozenset({"getattr", "hasattr", "type"})
-#: Dunder attributes a TODO may read (what an object is, and an exception's cause).
-ALLOWED_DUNDER_ATTRS = frozenset({"__name__", "__qualname__", "__doc__", "__module__", "__class__", "__cause__",
-                                  "__context__"})
-#: Dunder names a TODO's class body may assign.
+#: Dunder names a TODO may use as names: assigned in a class body, or the module's name (for a logger).
 ALLOWED_DUNDER_NAMES = frozenset({"__slots__", "__match_args__"})
+ALLOWED_DUNDER_LOADS = frozenset({"__name__"})
+#: Attribute names a class pattern may not read (`case object(gi_frame=f)`): frames, code, tracebacks.
+FRAME_PREFIXES = ("gi_", "cr_", "ag_", "f_", "tb_", "co_")
 _TYPE_EXPRESSION = (ast.Name, ast.Attribute, ast.Subscript, ast.Tuple, ast.List, ast.Constant, ast.BinOp, ast.BitOr,
                     ast.Load)
 
@@ -107,10 +109,6 @@ class _RegionCheck(ast.NodeVisitor):
         self.function = function
         self.local = bound_names(function) if function is not None else set()
         self.given, self.modules = given, modules
-        args = function.args.posonlyargs + function.args.args if function is not None else []
-        self.own_object = args[0].arg if args and args[0].arg in ("self", "cls") else None
-        self.own_objects = [self.own_object] if self.own_object else []  # and, inside each method of a TODO's
-        # class, that method's first parameter (while its body is visited)
         self.problems: list[tuple[int, str]] = []
         self.allowed_receivers: set[int] = set()  # ids of Name nodes used as `module.attr` of a restricted module
         self.called: set[int] = set()  # ids of Name nodes that are the function of a call
@@ -124,7 +122,8 @@ class _RegionCheck(ast.NodeVisitor):
     def visit_Name(self, node: ast.Name) -> None:
         name = node.id
         if _is_dunder(name):
-            if not (name in ALLOWED_DUNDER_NAMES and isinstance(node.ctx, ast.Store)):
+            if not ((name in ALLOWED_DUNDER_NAMES and isinstance(node.ctx, ast.Store))
+                    or (name in ALLOWED_DUNDER_LOADS and isinstance(node.ctx, ast.Load))):
                 self.bad(node, f"the name {name} (dunder names reach the interpreter's internals)")
             return
         if not isinstance(node.ctx, ast.Load) or name in self.local:
@@ -156,12 +155,6 @@ class _RegionCheck(ast.NodeVisitor):
                              and isinstance(base.func, ast.Name) and base.func.id == "super")
             if not (is_super_init or (name in ALLOWED_DUNDER_ATTRS and isinstance(node.ctx, ast.Load))):
                 self.bad(node, f"the attribute .{name} (dunder attributes reach the interpreter's internals)")
-        elif name.startswith("_"):
-            root = base
-            while isinstance(root, (ast.Attribute, ast.Subscript)):
-                root = root.value
-            if not (isinstance(root, ast.Name) and root.id in self.own_objects):
-                self.bad(node, f"the private attribute .{name} of something other than {self.own_object or 'self'}")
         if isinstance(base, ast.Name) and base.id in self.modules and self.modules[base.id] in RESTRICTED_MODULES:
             if name in RESTRICTED_MODULES[self.modules[base.id]] and isinstance(node.ctx, ast.Load):
                 self.allowed_receivers.add(id(base))
@@ -172,10 +165,11 @@ class _RegionCheck(ast.NodeVisitor):
     def visit_Call(self, node: ast.Call) -> None:
         if isinstance(node.func, ast.Name):
             self.called.add(id(node.func))
-            if node.func.id in ("getattr", "hasattr"):
+            if node.func.id == "getattr":
                 literal = node.args[1] if len(node.args) > 1 else None
-                if isinstance(literal, ast.Constant) and isinstance(literal.value, str) and _is_dunder(literal.value):
-                    self.bad(node, f"{node.func.id}() with the dunder name {literal.value!r}")
+                if isinstance(literal, ast.Constant) and isinstance(literal.value, str) and _is_dunder(literal.value) \
+                        and literal.value not in ALLOWED_DUNDER_ATTRS:
+                    self.bad(node, f"getattr() with the dunder name {literal.value!r}")
         self.generic_visit(node)
 
     def visit_Import(self, node: ast.Import) -> None:
@@ -193,18 +187,21 @@ class _RegionCheck(ast.NodeVisitor):
             if alias.name == "*" or alias.name.startswith("_") or (alias.asname and _is_dunder(alias.asname)):
                 self.bad(node, f"from {node.module} import {alias.name}")
 
+    def visit_MatchClass(self, node: ast.MatchClass) -> None:
+        for name in node.kwd_attrs:  # a class pattern reads these attributes of the subject
+            if (_is_dunder(name) and name not in ALLOWED_DUNDER_ATTRS) or name.startswith(FRAME_PREFIXES) or (
+                    name.startswith("_") and not _is_dunder(name) and name not in NAMEDTUPLE_API):
+                self.bad(node, f"the class pattern's attribute {name} (a pattern may read only public attributes "
+                               "of what it matches)")
+        self.generic_visit(node)
+
     def visit_Global(self, node: ast.Global) -> None:
         self.bad(node, f"global {', '.join(node.names)} (a TODO may not rebind the chapter's module-level names)")
 
     def _check_function(self, node) -> None:
         for annotation in self._annotations(node):
             self._check_annotation(annotation)
-        method = getattr(node, "_koans_method", False) and node.args.args
-        if method:
-            self.own_objects.append(node.args.args[0].arg)
         self.generic_visit(node)
-        if method:
-            self.own_objects.pop()
 
     visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _check_function
 
@@ -213,9 +210,6 @@ class _RegionCheck(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
-        for item in node.body:
-            if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                item._koans_method = True
         if node.keywords:
             self.bad(node, f"class {node.name} with keywords (a metaclass builds classes its own way)")
         for item in node.body:

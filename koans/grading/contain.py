@@ -5,8 +5,9 @@ Run as root (as Gradescope runs the autograder), a chapter's tests run
   - as a user of that chapter alone (koans-ch01 ... koans-ch12, made by `ensure_users`, which
     setup.sh calls): it cannot write the grader's files or results, nor signal the grader, nor touch
     another chapter's processes or files;
-  - in new network, process and mount namespaces (util-linux's `unshare`): no network but a loopback
-    of its own; every disk read-only but the one file the guards log to; and every process of the
+  - in new network, process, mount and IPC namespaces (util-linux's `unshare`): no network but a loopback
+    of its own; every disk read-only but the one file the guards log to; shared memory of its own; and
+    every process of the
     chapter dies when the chapter's first process ends, or when the time limit kills it: nothing
     outlives its chapter to rewrite a later one, and nothing can fill the grader's disk;
   - in a cgroup with a memory limit and a process limit (v2, or v1's memory and pids hierarchies),
@@ -108,7 +109,7 @@ def namespaces_problem() -> str | None:
         if unshare is None:
             _PROBED["unshare"] = "no unshare command (util-linux)"
         else:
-            done = subprocess.run([unshare, "--net", "--pid", "--mount", "--fork", "--kill-child", "--mount-proc",
+            done = subprocess.run([unshare, "--net", "--pid", "--mount", "--ipc", "--fork", "--kill-child", "--mount-proc",
                                    "sh", "-c", "mount -o remount,bind,ro / && mount -t tmpfs tmpfs /tmp"],
                                   capture_output=True, text=True, timeout=30)
             _PROBED["unshare"] = None if done.returncode == 0 else f"unshare refused: {done.stderr.strip()[:200]}"
@@ -269,8 +270,8 @@ class Box:
             enter += ["--cgroup", str(folder)]
         enter += ["--", *argv]
         if self.namespaces:
-            return [shutil.which("unshare"), "--net", "--pid", "--mount", "--fork", "--kill-child", "--mount-proc",
-                    "--", *enter]
+            return [shutil.which("unshare"), "--net", "--pid", "--mount", "--ipc", "--fork", "--kill-child",
+                    "--mount-proc", "--", *enter]
         return enter
 
     def close(self, process: subprocess.Popen | None = None) -> None:

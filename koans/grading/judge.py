@@ -136,6 +136,23 @@ def _box_env(box: Box, home: Path, guard_log: Path) -> dict[str, str]:
     return env
 
 
+def _read_report(raw: bytes) -> dict:
+    """The run's report as plain, well-formed data, or {} (a report made to break the judge is no report)."""
+    try:
+        data = json.loads(raw)
+    except Exception:  # malformed, or nested to break the parser
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    tests = data.get("tests")
+    if not isinstance(tests, list) or not all(isinstance(t, dict) and isinstance(t.get("nodeid"), str)
+                                              and isinstance(t.get("outcome"), str) for t in tests):
+        return {}
+    if not isinstance(data.get("collected"), (int, type(None))):
+        return {}
+    return data
+
+
 def _head(path: Path, size: int) -> str:
     with open(path, "rb") as data:
         return data.read(size).decode(errors="replace")
@@ -213,11 +230,7 @@ def run_chapter_boxed(chapter: Chapter, files: dict[str, Extracted], time_limit:
         report.join(10)
         progress.join(10)
         elapsed = time.monotonic() - started
-        try:
-            data = json.loads(bytes(report.data)) if report.data and not timed_out else {}
-            data = data if isinstance(data, dict) else {}
-        except ValueError:
-            data = {}
+        data = _read_report(bytes(report.data)) if report.data and not timed_out else {}
         refusals = [line.strip() for line in _head(guard_log, 65536).splitlines()[:50] if line.strip()]
         # pytest ends with 0 (all passed) or 1 (some failed); anything else (killed, crashed, interrupted) means the
         # session did not end as pytest ends it, and a report that came out of it proves nothing
@@ -343,11 +356,16 @@ def grade_submission(submission: Path, results: Path, chapters: tuple[Chapter, .
             reference = judge.module(chapter) if probes.PROBES.get(chapter.tag) else None
             request = probes.draw(chapter.tag, secrets.randbits(63)) if reference is not None else None
             run = run_chapter_boxed(chapter, files, time_limit, request)
-            failures = probe_failures(chapter, request, run["report"].get("probes"), reference)
-            mine = chapter_entries(prefix, chapter.number, plan[chapter.tag], run["report"], timed_out=run["timed_out"],
-                                   time_limit=time_limit, refusals=run["refusals"], probe_failures=failures, gpu=gpu,
-                                   running=run["running"], output=run["output"], killed=run["killed"],
-                                   ended=run["ended"])
+            try:
+                failures = probe_failures(chapter, request, run["report"].get("probes"), reference)
+                mine = chapter_entries(prefix, chapter.number, plan[chapter.tag], run["report"],
+                                       timed_out=run["timed_out"], time_limit=time_limit, refusals=run["refusals"],
+                                       probe_failures=failures, gpu=gpu, running=run["running"], output=run["output"],
+                                       killed=run["killed"], ended=run["ended"])
+            except Exception as err:  # what the run sent back broke the judge: this chapter scores 0, the rest go on
+                failures = {}
+                mine = [whole_chapter(prefix, f"The grader could not read what the chapter's run sent back "
+                                              f"({type(err).__name__}), so the chapter scores 0.")]
             if used_stub and mine:
                 mine[0]["output"] = (f"(the submitted {', '.join(used_stub)} file was refused, so this chapter ran on "
                                      "its stub)\n" + mine[0]["output"])

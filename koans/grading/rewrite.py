@@ -55,7 +55,9 @@ class _Guard(ast.NodeTransformer):
         return node
 
     def _vet_bound(self, node, names: list[str]):
-        checks = [ast.copy_location(ast.Expr(_call("__koans_vet__", node, _name(name, node))), node) for name in names]
+        """After an import: each name bound to what vet hands back (the value, or its guarded stand-in)."""
+        checks = [ast.copy_location(ast.Assign([ast.copy_location(ast.Name(name, ast.Store()), node)],
+                                               _call("__koans_vet__", node, _name(name, node))), node) for name in names]
         return [node, *checks]
 
     def visit_Import(self, node: ast.Import):
@@ -67,12 +69,23 @@ class _Guard(ast.NodeTransformer):
     def visit_ClassDef(self, node: ast.ClassDef):
         node = self.generic_visit(node)
         node.decorator_list.insert(0, _name("__koans_class__", node))  # outermost: sees the finished class
+        node.decorator_list.append(_name("__koans_class_made__", node))  # innermost: the class is the TODO's own
         return node
 
     def visit_match_case(self, node: ast.match_case):
-        # patterns are not expressions (no call may stand there): they only read names and compare
+        # a pattern is not an expression (no call may stand there), but a class pattern reads attributes of the
+        # subject: every name it captures is vetted before the guard and the body see it
+        captured = sorted({n.name for n in ast.walk(node.pattern) if isinstance(n, (ast.MatchAs, ast.MatchStar))
+                           and n.name} | {n.rest for n in ast.walk(node.pattern)
+                                          if isinstance(n, ast.MatchMapping) and n.rest})
         if node.guard is not None:
             node.guard = self.visit(node.guard)
+        if captured:
+            vetted = ast.copy_location(ast.Tuple([_call("__koans_captured__", node.pattern, _name(n, node.pattern))
+                                                  for n in captured], ast.Load()), node.pattern)
+            node.guard = ast.copy_location(ast.BoolOp(ast.Or(), [ast.Compare(
+                vetted, [ast.Eq()], [ast.copy_location(ast.Constant(None), node.pattern)]),
+                node.guard or ast.copy_location(ast.Constant(True), node.pattern)]), node.pattern)
         node.body = [self.visit(statement) for statement in node.body]
         node.body = [s for item in node.body for s in (item if isinstance(item, list) else [item])]
         return node

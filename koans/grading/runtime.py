@@ -47,7 +47,7 @@ ALLOWED_MODULES = frozenset({
     "math", "cmath", "random", "statistics", "numbers", "decimal", "fractions", "collections", "collections.abc",
     "itertools", "functools", "heapq", "bisect", "dataclasses", "typing", "enum", "time", "datetime", "asyncio",
     "contextlib", "abc", "copy", "json", "re", "textwrap", "uuid", "hashlib", "struct", "array", "queue",
-    "operator", "string", "pprint", "torch", "torch.nn", "torch.nn.functional", "torch.nn.init", "torch.nn.utils", "torch.linalg", "torch.special",
+    "operator", "pprint", "concurrent", "concurrent.futures", "torch", "torch.nn", "torch.nn.functional", "torch.nn.init", "torch.nn.utils", "torch.linalg", "torch.special",
     "torch.fft", "torch.autograd", "torch.cuda", "torch.optim", "torch.distributions", "torch.distributed.tensor",
     "monarch", "monarch.actor", "monarch.rdma",
 })
@@ -63,6 +63,8 @@ RESTRICTED_MODULES = {
                           "WARNING", "ERROR", "CRITICAL"}),
     "traceback": frozenset({"format_exc", "format_exception", "format_exception_only", "print_exc"}),
     "torch.distributed": frozenset({"tensor", "is_available", "is_initialized", "get_rank", "get_world_size"}),
+    "string": frozenset({"ascii_letters", "ascii_lowercase", "ascii_uppercase", "digits", "hexdigits", "octdigits",
+                         "punctuation", "whitespace", "printable", "capwords"}),
 }
 
 #: Where a function or class comes from decides whether a TODO may have it (module name, or its prefix + ".").
@@ -71,14 +73,14 @@ DENIED_ORIGINS = (
     "select", "selectors", "ctypes", "_ctypes", "gc", "inspect", "importlib", "_imp", "_frozen_importlib", "marshal",
     "pickle", "_pickle", "copyreg", "shelve", "dbm", "shutil", "pathlib", "io", "_io", "code", "codeop", "runpy",
     "pty", "tty", "termios", "fcntl", "resource", "mmap", "multiprocessing", "_multiprocessing",
-    "concurrent.futures.process", "concurrent.futures.thread", "tempfile", "glob", "zipimport",
+    "concurrent.futures.process", "tempfile", "glob", "zipimport",
     "pkgutil", "site", "sysconfig", "unittest", "pdb", "bdb", "trace", "faulthandler",
     "tracemalloc", "logging.handlers", "logging.config", "urllib", "http", "ftplib", "smtplib", "webbrowser", "xmlrpc", "zipfile", "tarfile",
-    "sqlite3", "weakref", "_weakref", "atexit", "asyncio.subprocess", "asyncio.streams", "asyncio.unix_events",
+    "sqlite3", "weakref", "_weakref", "atexit", "asyncio.subprocess", "asyncio.streams",
     "linecache", "tokenize", "ast", "dis", "types",
     "torch.serialization", "torch.hub", "torch.utils", "torch.jit", "torch._dynamo", "torch.fx", "torch.package",
     "torch.library", "torch._ops", "torch.compiler", "torch.export", "torch.multiprocessing", "torch.distributed.rpc",
-    "torch._C._distributed_rpc", "numpy", "monarch._rust_bindings.monarch_hyperactor.host_mesh", "monarch.job",
+    "torch._C._distributed_rpc", "monarch._rust_bindings.monarch_hyperactor.host_mesh", "monarch.job",
     "monarch.tools", "conftest", "pytest", "_pytest", "pluggy",
 )
 #: Builtins a TODO reaches only by name, and the lexical check keeps from it; vetted here if met as values.
@@ -102,6 +104,8 @@ DENIED_MONARCH_NAMES = frozenset({"default_bootstrap_cmd", "run_worker_loop_fore
                                   "with_python_executable", "sync_workspace", "shutdown"})
 _OPAQUE = (types.FrameType, types.CodeType, types.TracebackType, types.CellType)
 _GENERATOR_INTERNALS = ("gi_", "cr_", "ag_")
+#: Public names of namedtuples that start with an underscore (so as not to clash with fields).
+NAMEDTUPLE_API = frozenset({"_replace", "_asdict", "_fields", "_make", "_field_defaults"})
 _FAST = frozenset({int, float, bool, str, bytes, type(None), list, tuple, dict, set, frozenset, complex, range, slice})
 #: Dunder methods a class defined in a TODO may have (the lexical check says the same; this is for classes
 #: built by library code on the TODO's behalf, such as a dataclass).
@@ -204,8 +208,10 @@ def _denied_objects() -> dict[int, str]:
         return _DENIED_IDS
     import builtins
     import dataclasses
+    import enum
     import functools
     import operator
+    import string
     import typing
 
     named = {f"builtins.{name}": getattr(builtins, name) for name in DENIED_BUILTINS}
@@ -213,7 +219,12 @@ def _denied_objects() -> dict[int, str]:
                   "dataclasses.make_dataclass": dataclasses.make_dataclass,
                   "functools.singledispatch": functools.singledispatch,
                   "functools.singledispatchmethod": functools.singledispatchmethod, "builtins.type": type,
-                  "operator.attrgetter": operator.attrgetter, "operator.methodcaller": operator.methodcaller})
+                  "operator.attrgetter": operator.attrgetter, "operator.methodcaller": operator.methodcaller,
+                  # they read or write attributes by names given as strings, on whatever they are handed
+                  "string.Formatter": string.Formatter, "functools.update_wrapper": functools.update_wrapper,
+                  "functools.wraps": functools.wraps, "functools.total_ordering": functools.total_ordering,
+                  "enum.global_enum": getattr(enum, "global_enum", None)})
+    named = {key: value for key, value in named.items() if value is not None}
     torch = sys.modules.get("torch")
     if torch is not None:
         for name in ("load", "save", "from_file", "compile", "set_default_device"):
@@ -224,11 +235,37 @@ def _denied_objects() -> dict[int, str]:
     return _DENIED_IDS
 
 
+def _dataclass_of_own_classes(decorate):
+    """dataclasses.dataclass, for the TODO's own classes only: on a given class it would rewrite its __eq__."""
+    def dataclass(cls=None, /, **options):
+        def apply(target):
+            if id(target) not in _REGION_CLASSES:
+                _refuse(f"dataclass applied to {getattr(target, '__name__', 'a class')}, which your TODO did not "
+                        "define (it would rewrite the class's methods)")
+            return decorate(target, **options)
+        return apply if cls is None else apply(cls)
+    return dataclass
+
+
+_WRAPPED: dict[int, object] = {}  # id(library callable) -> the guarded stand-in a TODO gets instead
+
+
+def _wrapped() -> dict[int, object]:
+    if not _WRAPPED:
+        import dataclasses
+
+        _WRAPPED[id(dataclasses.dataclass)] = _dataclass_of_own_classes(dataclasses.dataclass)
+    return _WRAPPED
+
+
 def vet(value, name: str = ""):
-    """`value`, if a TODO may hold it; else refuse. (Also the check after `from m import name`.)"""
+    """`value`, if a TODO may hold it (or its guarded stand-in); else refuse. (Also after `from m import name`.)"""
     kind = type(value)
     if kind in _FAST:
         return value
+    stand_in = _wrapped().get(id(value))
+    if stand_in is not None:
+        return stand_in
     if isinstance(value, types.ModuleType):
         if _module_policy(value) is None:
             _refuse(f"the module {getattr(value, '__name__', '?')} (a TODO may use only computing modules: "
@@ -254,8 +291,18 @@ def vet(value, name: str = ""):
     return value
 
 
+def captured(value):
+    """What a `match` pattern captured (it may have read it as an attribute of the subject): vetted as an
+    attribute's value; a library callable that has a guarded stand-in cannot be captured at all."""
+    if id(value) in _wrapped():
+        _refuse(f"a pattern that captures {getattr(value, '__name__', 'a library function')} (import it instead)")
+    return vet(value, "a captured value")
+
+
 def _safe_format(template: str):
-    """str.format for `template`, refusing fields that walk attributes ("{0.attr}"; "{0[key]}" is fine)."""
+    """str.format for `template`, refusing fields that walk attributes ("{0.attr}"; "{0[key]}" is fine). Works on
+    an exact str copy of it: a subclass's own methods take no part."""
+    template = "".join((template,))
     for _, field, spec, _ in string.Formatter().parse(template):
         if (field and "." in field) or (spec and "{" in spec and "." in spec):
             _refuse(f"the format field {{{field}}} (it reads attributes; format the value itself)")
@@ -289,8 +336,8 @@ def attr(obj, name: str):
     kind = type(obj)
     if kind in _OPAQUE:
         _refuse(f"reading .{name} of a {kind.__name__} (the interpreter's internals)")
-    if name.startswith("_") and not name.startswith("__") and not _is_project_object(obj) \
-            and not isinstance(obj, types.ModuleType):
+    if name.startswith("_") and not name.startswith("__") and name not in NAMEDTUPLE_API \
+            and not _is_project_object(obj) and not isinstance(obj, types.ModuleType):
         _refuse(f"the private attribute .{name} of a {kind.__name__} (a library's internals; only the chapter's own "
                 "objects' private attributes are a TODO's)")
     if isinstance(obj, types.ModuleType):
@@ -311,6 +358,8 @@ def attr(obj, name: str):
         _refuse(f"the event loop's {name} (processes, signals and sockets are not a TODO's)")
     if name in DENIED_MONARCH_NAMES and _origin(obj if isinstance(obj, type) else kind).startswith("monarch"):
         _refuse(f"monarch's {name} (it starts programs or workers, or ends the client)")
+    if name in ("format", "format_map") and kind is super:
+        _refuse(f"super().{name} (it would format without the guard; format the value itself)")
     if name in ("format", "format_map") and (isinstance(obj, str) or (isinstance(obj, type) and issubclass(obj, str))):
         if name == "format_map":
             _refuse("str.format_map (it can read attributes; use str.format or an f-string)")
@@ -321,10 +370,21 @@ def attr(obj, name: str):
     return vet(value, name)
 
 
+#: Dunder attributes a TODO may read (the lexical check's list too): what an object is, an exception's cause.
+ALLOWED_DUNDER_ATTRS = frozenset({"__name__", "__qualname__", "__doc__", "__module__", "__class__", "__cause__",
+                                  "__context__"})
+
+
+def _plain_name(name) -> str:
+    """The attribute name as an exact str (a subclass of str could answer its own startswith)."""
+    if type(name) is not str:
+        _refuse(f"an attribute name that is a {type(name).__name__}, not a plain str")
+    return name
+
+
 def guarded_getattr(obj, name, *default):
-    if not isinstance(name, str):
-        raise TypeError(f"attribute name must be string, not '{type(name).__name__}'")
-    if name.startswith("__"):
+    name = _plain_name(name)
+    if str.startswith(name, "__") and name not in ALLOWED_DUNDER_ATTRS:
         _refuse(f"getattr(..., {name!r}) (dunder attributes reach the interpreter's internals)")
     try:
         return attr(obj, name)
@@ -335,6 +395,10 @@ def guarded_getattr(obj, name, *default):
 
 
 def guarded_hasattr(obj, name) -> bool:
+    """hasattr answers only yes or no: any name may be asked about (a dunder too), none is handed out."""
+    name = _plain_name(name)
+    if str.startswith(name, "__"):
+        return hasattr(obj, name)
     try:
         guarded_getattr(obj, name)
     except AttributeError:
@@ -374,8 +438,15 @@ def writable(obj, name):
     return obj
 
 
+def class_made(cls):
+    """Applied first to each class a TODO defines (innermost decorator): its own, so a dataclass may be made of it."""
+    _REGION_CLASSES.add(id(cls))
+    return cls
+
+
 def guarded_class(cls):
-    """Applied to each class a TODO defines: no metaclass made, no dunder method outside the allowed ones."""
+    """Applied last to each class a TODO defines: no metaclass made, no dunder method of its code outside the
+    allowed ones (library-made ones, a dataclass's __eq__ or an IntEnum's __format__, are the library's)."""
     if issubclass(cls, type):
         _refuse(f"the class {cls.__name__} subclasses type (a metaclass builds classes at run time)")
     for name, value in vars(cls).items():
@@ -390,7 +461,7 @@ def _made_by_library(cls, name: str) -> bool:
     """A dunder that dataclasses (or functools.total_ordering) generated: its code is theirs, not the TODO's."""
     function = vars(cls)[name]
     code = getattr(function, "__code__", None)
-    return code is not None and not any(code.co_filename == path for path in _REGIONS)
+    return code is None or not any(code.co_filename == path for path in _REGIONS)
 
 
 # ---------------------------------------------------------------- the audit hook
@@ -462,7 +533,8 @@ def install(module_globals: dict, regions: list[tuple[int, int, str]]) -> None:
         _PROJECT_ROOTS.append(root)
     module_globals.update({"__koans_attr__": attr, "__koans_writable__": writable,
                            "__koans_getattr__": guarded_getattr, "__koans_hasattr__": guarded_hasattr,
-                           "__koans_type__": guarded_type, "__koans_vet__": vet, "__koans_class__": guarded_class})
+                           "__koans_type__": guarded_type, "__koans_vet__": vet, "__koans_class__": guarded_class,
+                           "__koans_class_made__": class_made, "__koans_captured__": captured})
     if not _HOOKED[0]:
         sys.addaudithook(_audit)
         _HOOKED[0] = True
