@@ -207,6 +207,13 @@ HONEST = {
     "a numpy array's methods (as the chapter's own fingerprint uses them)": [
         "arrays = [r.numpy() for r in rows]", "assert arrays[0].tobytes() and arrays[0].tolist() == [1.0, 2.0]",
         "return torch.tensor([float(a.sum()) for a in arrays])"],
+    "attrgetter, methodcaller, a decorator made with functools.wraps, format reading a public attribute": [
+        "import functools, operator", "def logged(function):", "    @functools.wraps(function)",
+        "    def inner(*args):", "        return function(*args)", "    return inner",
+        "@logged", "def total(row):", "    return operator.methodcaller('sum')(row)",
+        "assert total.__name__ == 'total' and operator.attrgetter('shape')(rows) == rows.shape",
+        "assert '{0.shape}'.format(rows) == str(rows.shape) and '{n}'.format_map({'n': 2}) == '2'",
+        "return torch.stack([total(r) for r in rows])"],
     "os.getpid and a str.format with plain fields": [
         "assert os.getpid() > 0", 'assert "{} {x}".format(1, x=2) == "1 2"', "return rows.sum(1)"],
     "a local class with __init__, __iter__ and a private attribute of its own": [
@@ -317,6 +324,15 @@ RUNTIME = {
     "super().format walking attributes": ("row_sums", [
         "class S(str):", "    def walk(self, x):", '        return super().format(x)',
         'return S("{0.__class__}").walk(rows)'], "super().format"),
+    "a dataclass Field renamed to code": ("row_sums", [
+        "import dataclasses", "@dataclasses.dataclass", "class R:", "    a: int = 0",
+        "f = dataclasses.fields(R)[0]", "f.name = 'a,exec(\"1\")'", "return rows"], "Field of dataclasses"),
+    "isinstance made true by ABC.register": ("row_sums", [
+        "import abc", "class C(abc.ABC):", "    pass", "C.register(type(rows))", "return rows"],
+        "abc.ABCMeta.register"),
+    "an Enum built with dunder members": ("row_sums", [
+        "import enum", "E = enum.Enum('E', [('A', 'x'), ('__eq__', lambda s, o: True)], type=str)", "return E.A"],
+        "an Enum built from the names"),
     "a module's names captured by a pattern": ("row_sums", [
         "import functools", "match functools:", "    case object(update_wrapper=u):", "        return u"],
         "update_wrapper"),

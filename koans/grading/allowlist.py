@@ -26,8 +26,8 @@ from __future__ import annotations
 import ast
 import builtins
 
-from koans.grading.runtime import (ALLOWED_CLASS_DUNDERS, ALLOWED_DUNDER_ATTRS, ALLOWED_MODULES, NAMEDTUPLE_API,
-                                   RESTRICTED_MODULES)
+from koans.grading.runtime import (ALLOWED_CLASS_DUNDERS, ALLOWED_DUNDER_ATTRS, ALLOWED_MODULES, FRAME_ATTRIBUTES,
+                                   NAMEDTUPLE_API, RESTRICTED_MODULES)
 
 #: Modules a TODO may import (absolute names; a submodule of one is allowed when runtime allows it too). Of
 #: os, socket, threading, logging and their like, only the attributes runtime lists can be read.
@@ -47,11 +47,12 @@ _EXCEPTIONS = {name for name, value in vars(builtins).items()
 ALLOWED_BUILTINS = frozenset(_SAFE_BUILTIN_FUNCTIONS | _EXCEPTIONS)
 #: Builtins that are replaced by guarded versions: allowed only as direct calls.
 GUARDED_BUILTINS = frozenset({"getattr", "hasattr", "type"})
-#: Dunder names a TODO may use as names: assigned in a class body, or the module's name (for a logger).
-ALLOWED_DUNDER_NAMES = frozenset({"__slots__", "__match_args__"})
+#: Dunder names a TODO may use as names: assigned in a class body, or the module's name (for a logger). Not
+#: __match_args__: the names it lists are attributes that a class pattern reads, unchecked.
+ALLOWED_DUNDER_NAMES = frozenset({"__slots__"})
 ALLOWED_DUNDER_LOADS = frozenset({"__name__"})
 #: Attribute names a class pattern may not read (`case object(gi_frame=f)`): frames, code, tracebacks.
-FRAME_PREFIXES = ("gi_", "cr_", "ag_", "f_", "tb_", "co_")
+FRAME_PREFIXES = FRAME_ATTRIBUTES
 _TYPE_EXPRESSION = (ast.Name, ast.Attribute, ast.Subscript, ast.Tuple, ast.List, ast.Constant, ast.BinOp, ast.BitOr,
                     ast.Load)
 

@@ -8,24 +8,28 @@ its TODO regions (and nowhere else):
     obj[key] = value    becomes  __koans_writable__(obj, None)[key] = value
     getattr(o, n), hasattr(o, n), type(o)   go through guarded versions (a name built at run time
                                             is vetted like a literal one; type() only asks, never builds)
-    from m import a     is followed by __koans_vet__(a)
-    class C: ...        is decorated with __koans_class__
+    import m, from m import a   are followed by  m = __koans_vet__(m), a = __koans_vet__(a)
+    case P(attr=x): ...         vets every captured name before the guard and the body
+    class C: ...                is decorated with __koans_class_made__ (first) and __koans_class__ (last)
 
 and `install`, called by a line added at the top of the module, binds those names and adds a
 Python audit hook to the process (every process that imports the module: the tests' and Monarch's).
 
 What the guards refuse, whatever route reached the object:
-  - modules other than the computing ones a TODO may use (ALLOWED_MODULES); of `os` and `socket`,
-    only getpid & co; private names of any module;
+  - modules other than the computing ones a TODO may use (ALLOWED_MODULES); of `os`, `threading`,
+    `logging` and the others of RESTRICTED_MODULES, all but the attributes listed; private names of any
+    module, and of any object that is not the chapter's own (of the `exercises` package, or a subclass);
   - functions and classes that reach processes, signals, files, the interpreter, code generation or
-    unpickling (by the module that defines them, DENIED_ORIGINS, or by identity, _denied_objects);
+    unpickling (by the module that defines them, DENIED_ORIGINS, or by identity, _denied_objects), and
+    those that read or write attributes by names given as strings (string.Formatter, update_wrapper);
   - frames, code objects, tracebacks, a generator's frame; metaclasses (they build classes at run time);
   - writing attributes of modules, classes (but those the TODO defined), functions, and replacing a
-    method or property of an object with an attribute of the same name (monkeypatching);
-  - `str.format` fields that walk attributes or items;
-  - Monarch's spawn_procs with a bootstrap_command (it runs any program).
-The audit hook refuses starting processes, signals, sockets, ctypes, frame access and writing files
-whenever the innermost project frame is a line of a TODO region (given code may do those things).
+    method of an object with an attribute of the same name (monkeypatching); a dataclass made of a
+    class the TODO did not define;
+  - `str.format` fields that walk attributes; attribute names that are not exact str;
+  - Monarch's spawn_procs with a bootstrap_command, with_python_executable (they run any program).
+The audit hook refuses starting processes, signals, sockets, ctypes and writing files whenever the
+innermost project frame is a line of a TODO region (given code may do those things).
 
 A refusal raises GuardRefusal (a PermissionError) and appends one line to $KOANS_GUARD_LOG:
 "chNN_<topic>.py:LINE: in TODO <key>: <what>". The grader scores a chapter with a refusal 0 and
@@ -104,6 +108,7 @@ DENIED_MONARCH_NAMES = frozenset({"default_bootstrap_cmd", "run_worker_loop_fore
                                   "with_python_executable", "sync_workspace", "shutdown"})
 _OPAQUE = (types.FrameType, types.CodeType, types.TracebackType, types.CellType)
 _GENERATOR_INTERNALS = ("gi_", "cr_", "ag_")
+FRAME_ATTRIBUTES = ("gi_", "cr_", "ag_", "f_", "tb_", "co_")  # a frame's, code's or generator's public names
 #: Public names of namedtuples that start with an underscore (so as not to clash with fields).
 NAMEDTUPLE_API = frozenset({"_replace", "_asdict", "_fields", "_make", "_field_defaults"})
 _FAST = frozenset({int, float, bool, str, bytes, type(None), list, tuple, dict, set, frozenset, complex, range, slice})
@@ -215,14 +220,15 @@ def _denied_objects() -> dict[int, str]:
     import typing
 
     named = {f"builtins.{name}": getattr(builtins, name) for name in DENIED_BUILTINS}
+    import abc
+
     named.update({"typing.get_type_hints": typing.get_type_hints, "typing.ForwardRef": typing.ForwardRef,
+                  "abc.ABCMeta.register": abc.ABCMeta.register,
                   "dataclasses.make_dataclass": dataclasses.make_dataclass,
                   "functools.singledispatch": functools.singledispatch,
                   "functools.singledispatchmethod": functools.singledispatchmethod, "builtins.type": type,
-                  "operator.attrgetter": operator.attrgetter, "operator.methodcaller": operator.methodcaller,
                   # they read or write attributes by names given as strings, on whatever they are handed
-                  "string.Formatter": string.Formatter, "functools.update_wrapper": functools.update_wrapper,
-                  "functools.wraps": functools.wraps, "functools.total_ordering": functools.total_ordering,
+                  "string.Formatter": string.Formatter, "functools.total_ordering": functools.total_ordering,
                   "enum.global_enum": getattr(enum, "global_enum", None)})
     named = {key: value for key, value in named.items() if value is not None}
     torch = sys.modules.get("torch")
@@ -236,12 +242,19 @@ def _denied_objects() -> dict[int, str]:
 
 
 def _dataclass_of_own_classes(decorate):
-    """dataclasses.dataclass, for the TODO's own classes only: on a given class it would rewrite its __eq__."""
+    """dataclasses.dataclass, for the TODO's own classes only (on a given class it would rewrite its __eq__), and
+    only where every field, inherited ones too, is named by an identifier (the names go into generated code)."""
+    import dataclasses
+
     def dataclass(cls=None, /, **options):
         def apply(target):
             if id(target) not in _REGION_CLASSES:
                 _refuse(f"dataclass applied to {getattr(target, '__name__', 'a class')}, which your TODO did not "
                         "define (it would rewrite the class's methods)")
+            names = [f.name for base in target.__mro__[1:] if dataclasses.is_dataclass(base)
+                     for f in dataclasses.fields(base)] + list(vars(target).get("__annotations__", {}))
+            if not all(type(n) is str and str.isidentifier(n) and not str.startswith(n, "__") for n in names):
+                _refuse(f"a dataclass whose field names are not plain identifiers: {names!r}"[:300])
             return decorate(target, **options)
         return apply if cls is None else apply(cls)
     return dataclass
@@ -250,11 +263,51 @@ def _dataclass_of_own_classes(decorate):
 _WRAPPED: dict[int, object] = {}  # id(library callable) -> the guarded stand-in a TODO gets instead
 
 
+def _attrgetter(*names):
+    """operator.attrgetter, reading each (dotted) name through the guard."""
+    def get(obj):
+        values = []
+        for dotted in names:
+            value = obj
+            for part in _plain_name(dotted).split("."):
+                value = guarded_getattr(value, part)
+            values.append(value)
+        return values[0] if len(values) == 1 else tuple(values)
+    return get
+
+
+def _methodcaller(name, /, *args, **kwargs):
+    """operator.methodcaller, fetching the method through the guard."""
+    return lambda obj: guarded_getattr(obj, name)(*args, **kwargs)
+
+
+def _region_function(function) -> bool:
+    code = getattr(function, "__code__", None)
+    return type(function) is types.FunctionType and code is not None and code.co_filename in _REGIONS
+
+
+def _update_wrapper(wrapper, wrapped, *args, **kwargs):
+    """functools.update_wrapper, onto a function the TODO wrote (it writes attributes by name)."""
+    import functools
+
+    if not _region_function(wrapper):
+        _refuse("functools.update_wrapper onto something your TODO did not write (it writes attributes by name)")
+    return functools.update_wrapper(wrapper, wrapped, *args, **kwargs)
+
+
+def _wraps(wrapped, *args, **kwargs):
+    return lambda wrapper: _update_wrapper(wrapper, wrapped, *args, **kwargs)
+
+
 def _wrapped() -> dict[int, object]:
     if not _WRAPPED:
         import dataclasses
+        import functools
+        import operator
 
-        _WRAPPED[id(dataclasses.dataclass)] = _dataclass_of_own_classes(dataclasses.dataclass)
+        _WRAPPED.update({id(dataclasses.dataclass): _dataclass_of_own_classes(dataclasses.dataclass),
+                         id(operator.attrgetter): _attrgetter, id(operator.methodcaller): _methodcaller,
+                         id(functools.update_wrapper): _update_wrapper, id(functools.wraps): _wraps})
     return _WRAPPED
 
 
@@ -273,7 +326,7 @@ def vet(value, name: str = ""):
         return value  # (of os and its like, only the listed attributes can be read: see attr)
     if kind in _OPAQUE:
         _refuse(f"{name or 'a value'} is a {kind.__name__} (the interpreter's internals)")
-    denied = _denied_objects().get(id(value))
+    denied = _denied_objects().get(id(getattr(value, "__func__", value) if kind is types.MethodType else value))
     if denied is not None:
         _refuse(f"{denied} (it reads or writes files, builds code or classes at run time, or evaluates strings)")
     if isinstance(value, type) and issubclass(value, type):
@@ -296,6 +349,9 @@ def captured(value):
     attribute's value; a library callable that has a guarded stand-in cannot be captured at all."""
     if id(value) in _wrapped():
         _refuse(f"a pattern that captures {getattr(value, '__name__', 'a library function')} (import it instead)")
+    if type(value) is dict and any(value is vars(module) for module in list(sys.modules.values())
+                                   if isinstance(module, types.ModuleType)):
+        _refuse("a pattern that captures a module's namespace (its globals)")
     return vet(value, "a captured value")
 
 
@@ -304,8 +360,10 @@ def _safe_format(template: str):
     an exact str copy of it: a subclass's own methods take no part."""
     template = "".join((template,))
     for _, field, spec, _ in string.Formatter().parse(template):
-        if (field and "." in field) or (spec and "{" in spec and "." in spec):
-            _refuse(f"the format field {{{field}}} (it reads attributes; format the value itself)")
+        for text in (field or "", spec or ""):
+            for part in text.replace("[", ".").replace("]", ".").replace("{", ".").replace("}", ".").split(".")[1:]:
+                if part.startswith("_") or part.startswith(FRAME_ATTRIBUTES):
+                    _refuse(f"the format field {{{field}}} (it reads a private, dunder or frame attribute)")
     return template.format
 
 
@@ -361,9 +419,10 @@ def attr(obj, name: str):
     if name in ("format", "format_map") and kind is super:
         _refuse(f"super().{name} (it would format without the guard; format the value itself)")
     if name in ("format", "format_map") and (isinstance(obj, str) or (isinstance(obj, type) and issubclass(obj, str))):
-        if name == "format_map":
-            _refuse("str.format_map (it can read attributes; use str.format or an f-string)")
-        return _safe_format(obj) if isinstance(obj, str) else (lambda template, *a, **k: _safe_format(template)(*a, **k))
+        method = "format" if name == "format" else "format_map"
+        if isinstance(obj, str):
+            return getattr(_safe_format(obj).__self__, method)
+        return lambda template, *a, **k: getattr(_safe_format(template).__self__, method)(*a, **k)
     value = getattr(obj, name)
     if name == "spawn_procs" and callable(value):
         return _spawn_procs_without_bootstrap(value)
@@ -412,6 +471,12 @@ def guarded_type(*args):
     return vet(type(args[0]), "type(...)")
 
 
+#: Modules whose objects describe classes and functions (a dataclass's Field, an enum's members, a
+#: ForwardRef): their attributes feed code that libraries generate, so a TODO may not write them.
+MACHINERY = frozenset({"dataclasses", "typing", "enum", "abc", "functools", "operator", "collections", "types",
+                       "inspect", "copy", "copyreg", "weakref", "string", "re", "json", "contextlib", "builtins"})
+
+
 def writable(obj, name):
     """`obj`, when a TODO may write its attribute `name` (None: an item); else refuse."""
     if isinstance(obj, types.ModuleType):
@@ -424,6 +489,11 @@ def writable(obj, name):
     if isinstance(obj, (types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.MappingProxyType,
                         property, staticmethod, classmethod, *_OPAQUE)):
         _refuse(f"writing {'an item' if name is None else '.' + name} of {type(obj).__name__} (monkeypatching)")
+    owner_module = getattr(type(obj), "__module__", "")
+    if isinstance(owner_module, str) and owner_module.split(".")[0] in MACHINERY and not isinstance(
+            obj, (dict, list, set, bytearray)) and not _is_project_object(obj):
+        _refuse(f"writing {'an item' if name is None else '.' + name} of a {type(obj).__name__} of "
+                f"{owner_module} (it describes code that a library generates)")
     if name is not None:
         declared = None
         for klass in type(obj).__mro__:
@@ -523,6 +593,32 @@ def _innermost_project_region():
 # ---------------------------------------------------------------- installing
 
 
+def _guard_enum_functional_api() -> None:
+    """Enum('E', names) builds a class from names it is given: called from a TODO, no name may be a dunder or
+    private (it would become a method of the class: an __eq__ that answers True, a __torch_function__)."""
+    import enum
+
+    if getattr(enum.EnumType.__call__, "_koans_guarded", False):
+        return
+    original = enum.EnumType.__call__
+
+    def __call__(cls, value, names=None, *args, **kwargs):
+        if names is not None and _caller_region() is not None:
+            if isinstance(names, str):
+                listed = names.replace(",", " ").split()
+            elif isinstance(names, dict):
+                listed = list(names)
+            else:
+                listed = [item if isinstance(item, str) else item[0] for item in names]
+            if not all(type(name) is str and not str.startswith(name, "_") for name in listed):
+                _refuse(f"an Enum built from the names {listed!r} (a member may not be named with an underscore: it "
+                        "would become a method of the class)"[:300])
+        return original(cls, value, names, *args, **kwargs)
+
+    __call__._koans_guarded = True
+    enum.EnumType.__call__ = __call__
+
+
 def install(module_globals: dict, regions: list[tuple[int, int, str]]) -> None:
     """Bind the guards in a graded module and watch its regions (called by the line rewrite adds)."""
     filename = module_globals["__file__"]
@@ -537,4 +633,5 @@ def install(module_globals: dict, regions: list[tuple[int, int, str]]) -> None:
                            "__koans_class_made__": class_made, "__koans_captured__": captured})
     if not _HOOKED[0]:
         sys.addaudithook(_audit)
+        _guard_enum_functional_api()
         _HOOKED[0] = True
