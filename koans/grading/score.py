@@ -49,9 +49,11 @@ def chapter_entries(prefix: str, number: int, planned: list[dict], report: dict,
     graded = [t for t in planned if t["todos"] and not (t["gpu"] and not gpu)]
     if not graded:
         return [whole_chapter(prefix, "every test of this chapter needs a GPU, and none is visible", 0.0, True)]
-    share = POINTS_PER_CHAPTER / len(graded)
+    share = round(POINTS_PER_CHAPTER / len(graded), 4)
+    last_share = round(POINTS_PER_CHAPTER - share * (len(graded) - 1), 4)  # the shares add up to exactly 10
     entries = []
-    for test in graded:
+    for number, test in enumerate(graded, 1):
+        mine = last_share if number == len(graded) else share
         ran = tests.get(test["nodeid"])
         judged = [f"TODO {todo}: {probe_failures[todo]}" for todo in test["todos"] if todo in probe_failures]
         outcome = ran.get("outcome") if isinstance(ran, dict) else None
@@ -68,6 +70,6 @@ def chapter_entries(prefix: str, number: int, planned: list[dict], report: dict,
             text = "This test did not run."
         else:
             text = str(ran.get("note") or ran.get("message") or "failed")
-        entries.append({"name": f"{prefix}: {test['name']}", "score": round(share if ok else 0.0, 4),
-                        "max_score": round(share, 4), "status": "passed" if ok else "failed", "output": text[-2000:]})
+        entries.append({"name": f"{prefix}: {test['name']}", "score": mine if ok else 0.0, "max_score": mine,
+                        "status": "passed" if ok else "failed", "output": text[-2000:]})
     return entries
