@@ -219,6 +219,11 @@ class Turns(Actor):
         self.events.append("gate opened")
         self.gate.set()
 
+    @concurrent_endpoint
+    async def open_gate_concurrently(self) -> None:
+        self.events.append("gate opened")
+        self.gate.set()
+
     @endpoint
     async def log(self) -> list[str]:
         return self.events
@@ -236,3 +241,18 @@ def test_an_actor_handles_one_message_at_a_time_awaits_included(concurrent, test
         assert events[-1] == "waiting woken" and "waiting gave up" not in events, events
     else:  # open_gate waits its turn: the waiter can only give up
         assert events == ["waiting starts", "waiting gave up", "gate opened"]
+
+
+def test_a_plain_endpoint_holds_back_every_later_message_a_concurrent_one_too(test_tag):
+    """TorchTitan's RL README: "`@endpoint` will block all the other endpoints, including `@concurrent_endpoint`".
+    On 0.7.0 it holds for calls queued behind it (its dispatch loop awaits each plain handler before it takes the
+    next message, _src/actor/actor_mesh.py _dispatch_loop): the concurrent opener cannot start while the plain
+    waiter waits, so the waiter gives up. A concurrent task that had started before keeps running at the plain
+    endpoint's awaits (the other half: a concurrent waiter is woken by a plain opener)."""
+    turns = this_proc().spawn(f"turns_{test_tag}", Turns)
+    waiting, opening = turns.wait_for_gate.call_one(1.0), turns.open_gate_concurrently.call_one()
+    waiting.get(timeout=TIMEOUT)
+    opening.get(timeout=TIMEOUT)
+    events = turns.log.call_one().get(timeout=TIMEOUT)
+    assert events == ["waiting starts", "waiting gave up", "gate opened"], (
+        f"{events}: a concurrent endpoint queued behind a plain one started only when the plain one returned")
