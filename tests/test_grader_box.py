@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from koans.grading import contain
+from koans.manifest import PROJECT_ROOT  # the box's own `enter` runs this checkout's code, as the judge's runs its tree's
 
 pytestmark = pytest.mark.time_limit(300)
 
@@ -52,7 +53,7 @@ def run_boxed(box, code: str, tmp_path, timeout=120) -> dict:
         path.chmod(0o755 if path.is_dir() else 0o644)
     process = subprocess.Popen(box.command([sys.executable, str(script)]), cwd=tmp_path, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, start_new_session=True,
-                               env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"})
+                               env={"PATH": "/usr/bin:/bin", "HOME": "/tmp", "PYTHONPATH": str(PROJECT_ROOT)})
     try:
         out, err = process.communicate(timeout=timeout)
     finally:
@@ -126,7 +127,8 @@ def test_a_chapter_that_eats_memory_is_ended_and_the_grader_is_not(tmp_path, mon
     script.write_text("print('eating', flush=True)\nchunks = []\nwhile True:\n    chunks.append(bytearray(64 * 2**20))\n")
     script.chmod(0o644)
     process = subprocess.Popen(box.command([sys.executable, str(script)]), cwd=tmp_path, start_new_session=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                               env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)})
     try:
         out, _ = process.communicate(timeout=120)
     finally:
