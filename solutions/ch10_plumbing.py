@@ -3,6 +3,8 @@ step), and the demo. You may skip this file; nothing in it is a TODO.
 
     Generator     a generator replica: pulls new weights (ch07), samples a group for a prompt
     Trainer       the policy being trained: one GRPO step per batch (your functions), then publish
+    AdmissionCount, Pacer   the main job's pacing: a generator starts a group only if it will be trained
+                  within the lag bound (chapter 11's admission), so none is generated to be dropped
     Job.start     a trainer process (trainer, weight store, replay buffer) and a Service (ch06) of
                   generator replicas, each on its own process; with a HostsSpec (--hosts N), on a
                   Monarch job's hosts instead of this one (ch10_multihost.py)
@@ -43,6 +45,84 @@ from .ch10_qwen_grpo import (TIMEOUT, Rollout, RunConfig, clip_gradients, contin
                              policy_loss, response_logprobs, score)
 
 
+class AdmissionCount:
+    """Admission without waste, as a rule on numbers: start a group only if it will be trained within max_lag.
+
+    The trainer takes groups oldest first, `batch_groups` per step, so the group admitted as number k
+    (0, 1, 2, ...) is trained by the learner at version k // batch_groups. A generator holding weights
+    of version g may start it only if k // batch_groups - g is at most max_lag; otherwise nothing is
+    generated (no waste), and the generator asks again when it holds newer weights. It is chapter 11's
+    AdmissionWindow.admit, which chapter 10 cannot import (11 builds on 10).
+
+    A number is lost when its group never reaches the buffer (a generation that failed, a generator
+    that died and never gave its number back): later groups are then trained sooner than their numbers
+    say, which holds generators back for nothing, and more than a batch of lost numbers would hold them
+    back until the trainer starves. So a lost number is taken back from the count: when its generation
+    fails, or when it has been out ten times longer than any group took so far (5 s at least).
+    """
+
+    def __init__(self, max_lag: int, batch_groups: int, clock=time.monotonic):
+        self.max_lag, self.batch_groups, self.clock = max_lag, batch_groups, clock
+        self.next_number = 0
+        self.in_flight: dict[int, float] = {}  # numbers of groups being generated -> when admitted
+        self.longest_s = 0.5  # the longest a group has taken from admission to the buffer
+        self.held_back = 0
+
+    def admit(self, generator_version: int) -> int | None:
+        """The number of the group a generator holding `generator_version` may start now, or None."""
+        now = self.clock()
+        patience = max(5.0, 10 * self.longest_s)
+        for lost in [k for k, since in self.in_flight.items() if now - since >= patience]:
+            self.lose(lost)
+        number = self.next_number
+        if number // self.batch_groups - generator_version > self.max_lag:
+            self.held_back += 1
+            return None
+        self.next_number += 1
+        self.in_flight[number] = now
+        return number
+
+    def restart(self, learner_version: int) -> None:
+        """A run begins with the learner at `learner_version`: its next group is trained at that version."""
+        self.next_number, self.in_flight = learner_version * self.batch_groups, {}
+
+    def arrived(self, number: int) -> None:
+        """The group numbered `number` is in the buffer."""
+        since = self.in_flight.pop(number, None)
+        if since is not None:
+            self.longest_s = max(self.longest_s, self.clock() - since)
+
+    def lose(self, number: int) -> None:
+        """The group numbered `number` will never reach the buffer: the groups after it move up one place."""
+        if self.in_flight.pop(number, None) is not None:
+            self.next_number -= 1
+
+
+class Pacer(Actor):
+    """The main job's AdmissionCount, as an actor that every generator asks before it starts a group."""
+
+    def __init__(self, max_lag: int, batch_groups: int):
+        self.count = AdmissionCount(max_lag, batch_groups)
+
+    @endpoint
+    async def admit(self, generator_version: int) -> int | None:
+        return self.count.admit(generator_version)
+
+    @endpoint
+    async def start(self, learner_version: int) -> None:
+        self.count.restart(learner_version)
+
+    @endpoint
+    async def done(self, number: int | None, made: bool = True) -> None:
+        """The group numbered `number` is in the buffer (made), or will never be (not made)."""
+        if number is not None:
+            (self.count.arrived if made else self.count.lose)(number)
+
+    @endpoint
+    async def counts(self) -> dict:
+        return {"next_number": self.count.next_number, "held_back": self.count.held_back}
+
+
 class Generator(Actor):
     """A generator replica: samples groups with its copy of the policy; pulls new weights first.
 
@@ -51,8 +131,8 @@ class Generator(Actor):
     where an exception in __init__ would only show as a dead actor.
     """
 
-    def __init__(self, store: WeightStore, config: RunConfig):
-        self.store, self.config = store, config
+    def __init__(self, store: WeightStore, config: RunConfig, pacer: Pacer | None = None):
+        self.store, self.config, self.pacer = store, config, pacer
         self.model = self.tokenizer = self.reader = None
         self.recorder = Recorder(replica_label(str(context().actor_instance.name), "generator"))
 
@@ -64,19 +144,30 @@ class Generator(Actor):
             self.reader = SnapshotReader(self.store, self.model.state_dict())
 
     @endpoint
-    async def generate(self, prompt: Prompt, rollout_id: str) -> Rollout:
-        """Pull the newest weights if there are any, then sample one group for `prompt`."""
+    async def generate(self, prompt: Prompt, rollout_id: str, paced: bool = False) -> Rollout | None:
+        """Pull the newest weights if there are any, then sample one group for `prompt`. `paced`: ask the
+        pacer first; None (nothing generated) when it holds the group back, as too stale by its training
+        step. The rollout then carries the pacer's ticket, which its loop gives back once it is in the buffer."""
         self._load()
         with self.recorder.span("sync") as info:
             info["loaded"] = await self.reader.pull_and_load()  # the new version, or None if there was none
             info["version"], info["transport"] = self.reader.version, self.reader.last_transport
-        with self.recorder.span("generate", version=self.reader.version), torch.no_grad():
-            group = sample_group(self.model, self.tokenizer, prompt, self.config.group_size, self.config.max_new_tokens)
-            prompts = group["prompt_ids"].to(self.model.device).expand(self.config.group_size, -1)
-            logps = response_logprobs(self.model, prompts, torch.ones_like(prompts),
-                                      group["responses"].to(self.model.device), group["mask"].to(self.model.device))
+        ticket = await ask(self.pacer.admit, self.reader.version) if paced and self.pacer is not None else None
+        if paced and self.pacer is not None and ticket is None:
+            return None
+        try:
+            with self.recorder.span("generate", version=self.reader.version), torch.no_grad():
+                group = sample_group(self.model, self.tokenizer, prompt, self.config.group_size,
+                                     self.config.max_new_tokens)
+                prompts = group["prompt_ids"].to(self.model.device).expand(self.config.group_size, -1)
+                logps = response_logprobs(self.model, prompts, torch.ones_like(prompts),
+                                          group["responses"].to(self.model.device), group["mask"].to(self.model.device))
+        except BaseException:
+            if ticket is not None:
+                await ask(self.pacer.done, ticket, False)
+            raise
         return Rollout(rollout_id, self.reader.version, prompt, group["prompt_ids"], group["responses"],
-                       group["mask"], logps.float().cpu(), group["texts"])
+                       group["mask"], logps.float().cpu(), group["texts"], ticket=ticket)
 
     @endpoint
     async def sync(self) -> int:
@@ -207,6 +298,7 @@ class Job:
     buffer: ReplayBuffer
     trainer: Trainer
     service: Service
+    pacer: Pacer | None = None  # config.pacing == "admission": what keeps generated groups from going stale
     task: CountingTask = field(default_factory=CountingTask)
     hosts: JobHosts | None = None  # the Monarch job whose hosts the actors run on (--hosts), or None: this host
     owns_trainer_procs: bool = True  # False: the caller gave them (and stops them)
@@ -224,13 +316,17 @@ class Job:
             store = procs.spawn(f"{name}_store", WeightStore, config.lease_timeout_s)
             buffer = procs.spawn(f"{name}_buffer", ReplayBuffer, config.max_lag)
             trainer = procs.spawn(f"{name}_trainer", Trainer, store, config)
+            pacer = (procs.spawn(f"{name}_pacer", Pacer, config.max_lag, config.groups_per_step)
+                     if config.pacing == "admission" else None)
             service = (where.generator_service if where else Service)(
-                generator or Generator, store, config, replicas=config.generators, name=f"{name}_generator", call_timeout=TIMEOUT)
+                generator or Generator, store, config, pacer, replicas=config.generators, name=f"{name}_generator",
+                call_timeout=TIMEOUT)
         except BaseException:
             if where is not None:
                 where.kill()
             raise
-        return cls(config, procs, store, buffer, trainer, service, hosts=where, owns_trainer_procs=trainer_procs is None)
+        return cls(config, procs, store, buffer, trainer, service, pacer, hosts=where,
+                   owns_trainer_procs=trainer_procs is None)
 
     def start_loading(self) -> None:
         """Have the generators load their models now, without waiting: they do it while the caller goes on.
@@ -273,12 +369,15 @@ class Job:
 async def run_async(job: Job, on_step=None, timeout: float = 1800, loops_per_generator: int = 2) -> dict:
     """Both loops at once: rollout loops (two per replica keep each one busy) and chapter 09's training loop."""
     config, stop = job.config, asyncio.Event()
-    rollouts = [continuous_rollouts(job.service, job.buffer, job.task, stop, worker, config.seed)
+    if job.pacer is not None:  # numbering from the learner's version now (a job may run more than once)
+        await ask(job.pacer.start, await ask(job.trainer.flush, timeout=2 * TIMEOUT))
+    rollouts = [continuous_rollouts(job.service, job.buffer, job.task, stop, worker, config.seed, job.pacer)
                 for worker in range(loops_per_generator * config.generators)]
     training = continuous_training(job.trainer, job.buffer, config.steps, config.groups_per_step, stop, on_step)
     *counts, results = await asyncio.wait_for(asyncio.gather(*rollouts, training), timeout)
     ledger = await ask(job.buffer.close)
-    return {"results": results, "rollouts": counts, "ledger": ledger}
+    pacing = await ask(job.pacer.counts) if job.pacer is not None else None
+    return {"results": results, "rollouts": counts, "ledger": ledger, "pacing": pacing}
 
 
 async def run_sync(job: Job, on_step=None) -> dict:
@@ -369,6 +468,9 @@ def main() -> None:
     parser.add_argument("--dtype", default=RunConfig.dtype)
     parser.add_argument("--generators", type=int, default=RunConfig.generators)
     parser.add_argument("--max-lag", type=int, default=RunConfig.max_lag)
+    parser.add_argument("--pacing", choices=["admission", "drop"], default=RunConfig.pacing,
+                        help="admission: start a group only if it will be trained within --max-lag (no waste); "
+                             "drop: start every group, drop the ones that went stale")
     parser.add_argument("--lr", type=float, default=RunConfig.lr)
     parser.add_argument("--group-size", type=int, default=RunConfig.group_size, help="G: responses per prompt")
     parser.add_argument("--kl-coef", type=float, default=RunConfig.kl_coef)
@@ -390,7 +492,7 @@ def main() -> None:
         parser.error(f"--max-grad-norm {args.max_grad_norm}: a norm is 0 or more (0 turns the clip off)")
     if hosts is not None and (missing := missing_scheduler(hosts.scheduler)):
         parser.error(missing)
-    config = RunConfig(model=args.model, seed=args.seed, steps=args.steps, max_lag=args.max_lag,
+    config = RunConfig(model=args.model, seed=args.seed, steps=args.steps, max_lag=args.max_lag, pacing=args.pacing,
                        generators=args.generators, kl_coef=args.kl_coef, dtype=args.dtype, lr=args.lr,
                        loss_mean=args.loss_mean, advantage_std=args.advantage_std, group_size=args.group_size,
                        max_grad_norm=args.max_grad_norm or None)
@@ -439,10 +541,15 @@ def show_run(config: RunConfig, mode: str, show_every: int, trace: str | None, k
     print("reward per step:\n" + ascii_curve(rewards))
     print("policy lag of trained groups:\n" + histogram(figures["lags"], "lag "))
     if run["ledger"] is not None:
-        ledger = run["ledger"]
-        print(f"groups: generated {sum(run['rollouts'])} = trained {len(ledger.trained)} + refused stale "
+        ledger, generated = run["ledger"], sum(run["rollouts"])
+        wasted = len(ledger.refused_stale) + len(ledger.dropped_stale)
+        print(f"groups: generated {generated} = trained {len(ledger.trained)} + refused stale "
               f"{len(ledger.refused_stale)} + dropped stale {len(ledger.dropped_stale)} + unused at stop "
-              f"{len(ledger.unused_at_stop)}")
+              f"{len(ledger.unused_at_stop)}; wasted (generated, never trained for staleness) {wasted} = "
+              f"{100 * wasted / max(1, generated):.1f}%")
+        if run.get("pacing") is not None:
+            print(f"pacing: admission (--pacing drop: generate, then drop the stale); {run['pacing']['held_back']} "
+                  "starts held back until the generator held newer weights (nothing generated for them)")
     service = run["service"]
     if service["replica_failures"]:
         print(f"service: {service['replica_failures']} replica death(s), {service['retries']} retried request(s), "

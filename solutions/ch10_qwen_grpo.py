@@ -41,6 +41,7 @@ from koans.demo import run_demo
 from .ch10_policy import CountingTask, Prompt, load_policy
 
 TIMEOUT = 60.0
+PACING_WAIT_S = 0.05  # how long a rollout loop waits when the pacer holds its next group back
 
 
 def pick_device() -> str:
@@ -64,6 +65,8 @@ class RunConfig:
     advantage_std: bool = True  # divide by the group's std (GRPO); False: reward - group mean (Dr. GRPO)
     max_grad_norm: float | None = 1.0  # clip the gradient's total norm to this before each step; None: no clip
     max_lag: int = 1
+    pacing: str = "admission"  # "admission": start a group only if it will be trained within max_lag; "drop": start
+    # every group, and drop the ones that went stale (chapter 09's buffer alone)
     generators: int = 2
     lease_timeout_s: float = 10.0  # a dead generator's lease blocks a staging slot this long (ch07)
     dtype: str = "float32"
@@ -87,6 +90,7 @@ class Rollout:
     texts: list[str]
     rewards: torch.Tensor | None = None  # [G], set when scored
     attention: torch.Tensor | None = None  # [G, T] 1.0 on every real token, if not just the mask's (ch12: tool replies)
+    ticket: int | None = None  # the pacer's, while the group is on its way to the buffer (given code)
 
 
 def score(task: CountingTask, rollout: Rollout) -> Rollout:
@@ -243,16 +247,27 @@ def clip_gradients(model: torch.nn.Module, max_grad_norm: float | None) -> float
 
 
 async def continuous_rollouts(service, buffer, task: CountingTask, stop: asyncio.Event, worker: int = 0,
-                              seed: int = 0) -> int:
+                              seed: int = 0, pacer=None) -> int:
     """One rollout loop: prompt, generate through the service, score, put; until `stop` is set.
 
+    With a `pacer` (the main job's, given code), a group starts only if it will be trained within the
+    lag bound; else nothing is generated, and the loop asks again a moment later.
     Answers the number of rollouts made; their ids are f"w{worker}-{n}", n = 1, 2, ...
     """
     rng = random.Random(seed * 1000 + worker)
     made = 0
     while not stop.is_set():
-        rollout = await service.route("generate", task.sample(rng), f"w{worker}-{made + 1}")
-        await asyncio.wait_for(buffer.put.call_one(score(task, rollout)), TIMEOUT)
+        rollout = await service.route("generate", task.sample(rng), f"w{worker}-{made + 1}", paced=pacer is not None)
+        if rollout is None:  # held back: it would be too stale by its training step
+            await asyncio.sleep(PACING_WAIT_S)
+            continue
+        put = False
+        try:
+            await asyncio.wait_for(buffer.put.call_one(score(task, rollout)), TIMEOUT)
+            put = True
+        finally:
+            if pacer is not None:  # its number back to the pacer: in the buffer, or never will be
+                await asyncio.wait_for(pacer.done.call_one(rollout.ticket, put), TIMEOUT)
         made += 1
     return made
 

@@ -503,6 +503,61 @@ def test_left_padding_aligns_every_prompt_to_the_right(plumbing):
     assert ids.tolist() == [[7, 8, 9], [0, 0, 5]] and attention.tolist() == [[1, 1, 1], [0, 0, 1]]
 
 
+# --- Given code: the main job's pacing (AdmissionCount) -------------------------------------------------
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_pacing_starts_a_group_only_if_it_will_be_trained_within_the_lag_bound(plumbing):
+    count = plumbing.AdmissionCount(max_lag=1, batch_groups=2, clock=FakeClock())
+    on_version_0 = [count.admit(0) for _ in range(5)]
+    assert on_version_0 == [0, 1, 2, 3, None], (
+        "groups 0-3 are trained at versions 0 and 1 (2 a step): within lag 1 of version 0; group 4 is not")
+    assert [count.admit(1), count.admit(1), count.admit(1)] == [4, 5, None]
+    assert count.held_back == 2, "each refusal is counted"
+
+
+def test_a_group_that_never_reaches_the_buffer_gives_its_place_back(plumbing):
+    count = plumbing.AdmissionCount(max_lag=0, batch_groups=2, clock=FakeClock())
+    assert [count.admit(0), count.admit(0), count.admit(0)] == [0, 1, None]
+    count.lose(0)
+    assert count.admit(0) == 1, "group 1 moves up to be trained first, so one more fits into version 0's step"
+    count.arrived(1)
+    count.lose(1)
+    assert count.admit(0) is None, "a group already in the buffer is not lost: its place stays taken"
+
+
+def test_a_number_out_ten_times_longer_than_any_group_took_is_taken_back(plumbing):
+    clock = FakeClock()
+    count = plumbing.AdmissionCount(max_lag=0, batch_groups=1, clock=clock)
+    assert count.admit(0) == 0
+    clock.now = 4.9
+    assert count.admit(0) is None, "out 4.9 s: not yet lost (5 s at least)"
+    clock.now = 5.0
+    assert count.admit(0) == 0, "out 5 s: taken back, and its place given again"
+    clock.now = 7.0
+    count.arrived(0)  # took 2 s: patience is now 20 s
+    assert count.admit(1) == 1
+    clock.now = 26.0
+    assert count.admit(1) is None, "out 19 s, when a group once took 2 s: not yet lost"
+    clock.now = 27.0
+    assert count.admit(1) == 1
+
+
+def test_a_new_run_numbers_its_groups_from_the_learners_version(plumbing):
+    count = plumbing.AdmissionCount(max_lag=1, batch_groups=2, clock=FakeClock())
+    assert [count.admit(0) for _ in range(4)] == [0, 1, 2, 3]
+    count.restart(3)
+    assert count.admit(1) is None, "the learner is at version 3: a group started on version 1 would lag 2"
+    assert [count.admit(2), count.admit(2), count.admit(2)] == [6, 7, None]
+
+
 def test_a_sampled_group_decodes_exactly_its_masked_tokens(chapter, plumbing, policy):
     model, tokenizer = chapter.load_policy(None, seed=0)
     prompt = chapter.CountingTask().sample(random.Random(4))
