@@ -13,7 +13,8 @@ Four things change, and each is a TODO:
      text would not be the tokens the policy sampled (tokenizers merge across turns);
   2. each token records who wrote it (the mask), and a policy token its log-probability and
      the policy version that sampled it;
-  3. an episode's lag is that of its oldest policy token, and chapter 09's bound uses it;
+  3. an episode's lag is that of its oldest policy token, and chapter 09's bound uses it
+     (or, finer, each token is bounded on its own: its old tokens masked, its fresh ones trained);
   4. tools are a pool of workers behind chapter 06's Service; round robin queues requests
      behind a slow worker, routing to the least loaded one does not.
 
@@ -22,6 +23,7 @@ Your TODOs:
   2. Episode.version             the version of the oldest policy token
   3. run_episode                 the loop: generate, call the tool, append its reply; stop in time
   4. LeastLoadedService.next_replica   the healthy replica with the fewest requests in flight
+  5. Episode.trainable_mask      (stretch) staleness per token: train an episode's fresh tokens, not its old ones
 
 Given, safe to skip: ch12_tools.py (the task, the tools, the tokenizer), ch12_plumbing.py (the
 generator of turns, the loops, the demo).
@@ -77,6 +79,14 @@ class Episode:
         # fresh as its oldest one; version 0 is a version like any other. It is asked only of episodes
         # that hold a policy token (every episode starts with one).
         raise NotImplementedError("TODO(ch12): the version of the oldest policy token (the environment's tokens have none)")
+
+    def trainable_mask(self, learner_version: int, max_token_staleness: int) -> list[float]:
+        """Staleness per token (stretch): the mask to train with, less the policy tokens sampled more than
+        `max_token_staleness` versions before `learner_version`. The episode is kept; its old tokens are not."""
+        # One entry per token. A policy token is kept when the learner's version minus its own is at most
+        # max_token_staleness (exactly at the bound too; a token newer than the learner's is kept); an older
+        # one is 0. The environment's tokens stay 0. A new list: the episode's own mask stays as it was.
+        raise NotImplementedError("TODO(ch12): the mask, with every policy token older than the bound set to 0")
 
 
 async def run_episode(policy, tools, task: VaultTask, prompt: VaultPrompt, limits: Limits = Limits()) -> Episode:

@@ -272,6 +272,14 @@ HINTS: dict[str, dict[str, tuple[str, ...]]] = {
             "number = self.admitted; too late if number // self.batch_groups - generator_version > self.max_lag.",
             "Too late: self.refused += 1; return None. Else: self.admitted += 1; return number.",
         ),
+        "withhold_stale": (
+            "Withholding keeps a stale member in its group for the baseline, and out of the gradient: two separate "
+            "answers, the advantages (all members) and the mask (the fresh members' rows).",
+            "The advantages are chapter 10's formula on the whole row of rewards: (r - r.mean()) / (r.std() + eps), "
+            "with 0 spread for a group of one. The lags are learner_version - torch.as_tensor(versions).",
+            "withheld = (lags > max_lag)[:, None]; the mask to train with is torch.where(withheld, "
+            "torch.zeros_like(mask), mask): new tensors, the caller's untouched.",
+        ),
         "masked_importance_weights": (
             "The same ratio as truncated_importance_weights, proximal over behaviour; what changes is what happens "
             "outside the band: the token is dropped (weight 0), not pulled back to the band's end.",
@@ -292,6 +300,14 @@ HINTS: dict[str, dict[str, tuple[str, ...]]] = {
         "Episode.version": (
             "An episode is only as fresh as its oldest policy token: that is the lag chapter 09's bound must see.",
             "Look at the versions of the tokens whose mask is 1 (the environment's are -1), and take the smallest.",
+        ),
+        "Episode.trainable_mask": (
+            "Staleness per token: each policy token carries the version that sampled it, so each can be bounded on "
+            "its own. The episode stays; only its tokens that are too old leave the gradient.",
+            "Walk the mask and the versions together: a token keeps its mask entry when learner_version - its "
+            "version <= max_token_staleness, else 0. The environment's entries are 0 already: keep them.",
+            "return [owner if learner_version - version <= max_token_staleness else 0.0 for owner, version in "
+            "zip(self.mask, self.versions)]: a new list, the episode's own untouched.",
         ),
         "run_episode": (
             "A loop over turns. Each turn: the policy's next tokens after everything so far (as token ids), appended "

@@ -97,7 +97,7 @@ CHAPTERS: tuple[Chapter, ...] = (
     Chapter(11, "staleness", "Staleness: what it costs, how to correct it", ELECTIVE, 55, builds_on=(3, 5, 6, 7, 9, 10),
             fits_after=10, process_imports=()),
     Chapter(12, "multi_turn_tools", "Multi-turn episodes with tools", ELECTIVE, 50, builds_on=(3, 5, 6, 7, 9, 10),
-            fits_after=10),
+            fits_after=10, stretch=("Episode.trainable_mask",)),
 )
 
 

@@ -22,6 +22,14 @@ LOSS = '''
                   "mean_weight": float(masked_mean(weights, mask))}
 '''
 
+WITHHOLD = '''
+    centred = rewards - rewards.mean()
+    std = rewards.std() if len(rewards) > 1 else torch.zeros(())
+    lags = learner_version - torch.as_tensor(versions)
+    withheld = (lags > max_lag)[:, None]
+    return centred / (std + eps), torch.where(withheld, torch.zeros_like(mask), mask)
+'''
+
 # The reference loss as it stands, for mutants of its later clauses
 LOSS_NOW = '''
     weights = (truncated_importance_weights(proximal_logps, behaviour_logps, mask, cap) if weights is None
@@ -307,4 +315,40 @@ MUTANTS += [
         self.admitted += 1
         return number
 '''),
+    # withhold_stale: each breaks one clause of its contract
+    Mutant("withhold_stale", "the baseline over the fresh members only: the withheld reward drops out of the mean "
+           "and std (what dropping does)", WITHHOLD.replace(
+               "    centred = rewards - rewards.mean()\n    std = rewards.std() if len(rewards) > 1 else torch.zeros(())\n",
+               "    fresh = rewards[learner_version - torch.as_tensor(versions) <= max_lag]\n"
+               "    centred = rewards - (fresh.mean() if len(fresh) else 0.0)\n"
+               "    std = fresh.std() if len(fresh) > 1 else torch.zeros(())\n")),
+    Mutant("withhold_stale", "a member at exactly max_lag withheld too (>=)", WITHHOLD.replace("lags > max_lag",
+                                                                                               "lags >= max_lag")),
+    Mutant("withhold_stale", "the lag the wrong way round: version - learner_version",
+           WITHHOLD.replace("learner_version - torch.as_tensor(versions)", "torch.as_tensor(versions) - learner_version")),
+    Mutant("withhold_stale", "the withheld member's advantage zeroed instead of its mask row (its padding still "
+           "counts, and a KL term would still train it)", '''
+    centred = rewards - rewards.mean()
+    std = rewards.std() if len(rewards) > 1 else torch.zeros(())
+    withheld = (learner_version - torch.as_tensor(versions)) > max_lag
+    advantages = centred / (std + eps)
+    return torch.where(withheld, torch.zeros_like(advantages), advantages), mask.clone()
+'''),
+    Mutant("withhold_stale", "the rows zeroed in the caller's mask (mask[withheld] = 0)", '''
+    centred = rewards - rewards.mean()
+    std = rewards.std() if len(rewards) > 1 else torch.zeros(())
+    withheld = (learner_version - torch.as_tensor(versions)) > max_lag
+    mask[withheld] = 0.0
+    return centred / (std + eps), mask
+'''),
+    Mutant("withhold_stale", "the withheld members dropped from the answer (fewer rows)", '''
+    centred = rewards - rewards.mean()
+    std = rewards.std() if len(rewards) > 1 else torch.zeros(())
+    kept = (learner_version - torch.as_tensor(versions)) <= max_lag
+    return (centred / (std + eps))[kept], mask[kept]
+'''),
+    Mutant("withhold_stale", "eps hard-coded to 1e-4, whatever the caller's", WITHHOLD.replace("(std + eps)",
+                                                                                              "(std + 1e-4)")),
+    Mutant("withhold_stale", "the population std (unbiased=False)", WITHHOLD.replace("rewards.std()",
+                                                                                    "rewards.std(unbiased=False)")),
 ]

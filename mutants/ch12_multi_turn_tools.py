@@ -477,4 +477,32 @@ MUTANTS += [
     # From a mechanical set (one operator at one site of the solution; caught by a test added for it):
     Mutant("run_episode", "one token of room left is taken for none: the episode ends a token early",
            LOOP.replace("if room <= 0:", "if room <= 1:")),
+    # Episode.trainable_mask (stretch): each breaks one clause of its contract
+    Mutant("Episode.trainable_mask", "the whole episode bounded by its oldest token: all or nothing", '''
+        oldest = min(v for v, owner in zip(self.versions, self.mask) if owner)
+        keep = learner_version - oldest <= max_token_staleness
+        return [owner if keep else 0.0 for owner in self.mask]
+'''),
+    Mutant("Episode.trainable_mask", "a token at exactly the bound dropped (<)", '''
+        return [owner if learner_version - version < max_token_staleness else 0.0
+                for owner, version in zip(self.mask, self.versions)]
+'''),
+    Mutant("Episode.trainable_mask", "1 for every token recent enough, the tool's replies too", '''
+        return [1.0 if learner_version - version <= max_token_staleness else 0.0
+                for owner, version in zip(self.mask, self.versions)]
+'''),
+    Mutant("Episode.trainable_mask", "the lag as a distance (abs): a token newer than the learner dropped", '''
+        return [owner if abs(learner_version - version) <= max_token_staleness else 0.0
+                for owner, version in zip(self.mask, self.versions)]
+'''),
+    Mutant("Episode.trainable_mask", "zeroes the old tokens in the episode's own mask", '''
+        for i, version in enumerate(self.versions):
+            if learner_version - version > max_token_staleness:
+                self.mask[i] = 0.0
+        return self.mask
+'''),
+    Mutant("Episode.trainable_mask", "the bound hard-coded to 1", '''
+        return [owner if learner_version - version <= 1 else 0.0
+                for owner, version in zip(self.mask, self.versions)]
+'''),
 ]

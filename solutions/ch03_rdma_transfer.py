@@ -188,7 +188,8 @@ class Reader(Actor):
     """Lives in another process and pulls remote tensors into one preallocated buffer."""
 
     def __init__(self, numel: int, dtype: torch.dtype = torch.float32):
-        self.destination = torch.empty(numel, dtype=dtype)
+        # NaN (or 128 for integers, a value no test's sender holds): a read that moved nothing cannot pass for one
+        self.destination = torch.full((numel,), float("nan") if dtype.is_floating_point else 128, dtype=dtype)
         self.pulls = 0
 
     @endpoint

@@ -22,6 +22,10 @@ for every token:
       turns stale, let a generator start a group only if the group will be
       trained while its lag is still within the bound. Nothing is made to be
       thrown away.
+  withholding: when a group's members finish with different weights, a
+      member past the bound is neither trained nor thrown away. Its reward
+      still counts in the group's mean and std (its siblings' baseline); its
+      row of the mask is zeroed, so none of its tokens gets a gradient.
 
 Staleness is not the only reason the behaviour and proximal numbers differ.
 Even at lag 0, the sampler (an inference engine: bf16, other kernels, fp8
@@ -41,6 +45,7 @@ Your TODOs:
   2. decoupled_ppo_loss             the clipped ratio against the proximal policy, weighted by w
   3. AdmissionWindow.admit          start a group only if it will be trained within the lag bound
   4. masked_importance_weights      the mismatch correction: w inside the band, 0 outside it
+  5. withhold_stale                 a stale member's reward stays in its group's baseline; its tokens get no gradient
 
 Given: effective_sample_size (read it: the loss reports it). Safe to skip: ch11_plumbing.py (the labs,
 the latency experiment, the comparison with chapter 09).
@@ -142,6 +147,28 @@ def masked_importance_weights(proximal_logps: torch.Tensor, behaviour_logps: tor
     ratio = torch.exp(proximal_logps - behaviour_logps).detach()
     inside = (ratio >= low) & (ratio <= high) & mask.bool()
     return torch.where(inside, ratio, torch.zeros_like(ratio))
+    # <<< TODO
+
+
+def withhold_stale(rewards: torch.Tensor, versions: list[int], mask: torch.Tensor, learner_version: int,
+                   max_lag: int, eps: float = 1e-4) -> tuple[torch.Tensor, torch.Tensor]:
+    """One group whose members finished with different weights -> ([G] advantages, [G, T] mask to train with).
+
+    rewards [G]; versions: the policy version that generated each member; mask [G, T]. A member whose
+    lag (learner_version - its version) is over max_lag is withheld rather than dropped: it finished with
+    its group, so its reward stays in the group's baseline and shapes its fresher siblings' advantages,
+    but none of its tokens is trained.
+    """
+    # >>> TODO(ch11): the advantages of the whole group; the rows of the members over the lag bound masked out
+    # The advantages are chapter 10's, over every member's reward (the withheld ones' too: mean and the
+    # sample std, eps added to the std), one per member. A member at exactly max_lag is trained. A
+    # withheld member's row of the mask is all 0; every other row is the caller's row as it was. New
+    # tensors: the inputs stay as they were.
+    centred = rewards - rewards.mean()
+    std = rewards.std() if len(rewards) > 1 else torch.zeros(())
+    lags = learner_version - torch.as_tensor(versions)
+    withheld = (lags > max_lag)[:, None]
+    return centred / (std + eps), torch.where(withheld, torch.zeros_like(mask), mask)
     # <<< TODO
 
 

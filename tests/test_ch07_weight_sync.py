@@ -862,7 +862,7 @@ def test_staging_packs_every_kind_of_tensor_and_loading_unpacks_it_bit_for_bit(c
     assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:])), "entries never overlap"
     flat = torch.zeros(layout.total_bytes, dtype=torch.uint8)
     transports.stage(weights, layout, transports.slot_views(layout, flat))
-    targets = {name: torch.zeros_like(t.contiguous()) for name, t in weights.items()}
+    targets = {name: torch.full_like(t.contiguous(), 99) for name, t in weights.items()}  # no value the sender holds
     targets["head"] = targets["embed"]  # tied on the reader's side too
     asyncio.run(transports.load_snapshot(targets, layout, transports._MappedSource(flat)))
     for name, tensor in weights.items():

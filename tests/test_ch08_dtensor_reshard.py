@@ -399,7 +399,7 @@ def test_pull_reads_each_piece_in_its_own_dtype(chapter, local_dtype):
     pieces = [chapter.Piece(0, (slice(r, r + 1), slice(0, 4)), (slice(r, r + 1), slice(0, 4))) for r in range(2)]
     handles = [chapter.TensorHandle(CountingBuffer(source[r].clone()), torch.bfloat16, 4) for r in range(2)]
     holder = chapter.ShardHolder.__new__(chapter.ShardHolder)  # the endpoint's code alone, in this process
-    holder.local = torch.zeros((3, 4), dtype=local_dtype)  # a third row that no piece fills
+    holder.local = torch.full((3, 4), float("nan"), dtype=local_dtype)  # NaN: a piece never read fails; row 3: no piece
     read = asyncio.run(chapter.ShardHolder.__dict__["pull"]._method(holder, pieces, handles))
     assert torch.equal(holder.local[:2], source.to(local_dtype)), (
         "each bfloat16 piece lands in its place: read in the handle's dtype, then copied into the shard")

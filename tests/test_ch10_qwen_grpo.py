@@ -703,8 +703,10 @@ def short_run(plumbing, job, module_aio):
     """Both loops for 6 steps; then one final sync."""
 
     async def run():
+        before = await job.service.fanout("fingerprint")  # the generators start as copies of the trainer's weights
         result = await plumbing.run_async(job, timeout=4 * STARTUP_TIMEOUT)
         result["final"] = await job.final_sync()
+        result["before"] = before
         return result
 
     return module_aio.run(run())
@@ -727,6 +729,8 @@ def test_a_short_run_finishes_every_step_within_the_lag_bound(short_run):
 def test_generators_hold_the_trainers_weights_after_the_final_sync(short_run):
     final = short_run["final"]
     assert sorted(final["generator_versions"].values()) == [6, 6]
+    assert final["trainer"] not in short_run["before"].values(), (
+        "training left the weights where the generators started: equal weights at the end would prove no load")
     assert list(final["generators"].values()) == [final["trainer"]] * 2, "bit-equal weights everywhere"
 
 
@@ -741,12 +745,14 @@ def test_a_qwen2_5_0_5b_shaped_policy_trains_on_one_gpu(chapter, plumbing, aio):
 
     async def scenario():
         await job.warm_up()
+        before = await job.service.fanout("fingerprint")
         run = await plumbing.run_async(job, timeout=8 * STARTUP_TIMEOUT)
-        return run, await job.final_sync(), await job.spans()
+        return run, await job.final_sync(), await job.spans(), before
 
     try:
-        run, final, spans = aio.run(scenario())
+        run, final, spans, before = aio.run(scenario())
         assert [r["version"] for r in run["results"]] == [1, 2, 3]
+        assert final["trainer"] not in before.values(), "training moved the weights, so equality below proves a load"
         assert list(final["generators"].values()) == [final["trainer"]] * 2
         transports = {s.info.get("transport") for s in spans if s.kind == "sync" and s.info.get("loaded")}
         assert transports == {"cuda_ipc"}, f"one GPU shared: the generators should load by CUDA IPC, not {transports}"

@@ -603,6 +603,128 @@ def test_the_inputs_stay_as_they_were(chapter, name):
         "tensor. The inputs stay as they were: work on new tensors (the out-of-place forms)")
 
 
+# --- TODO 5: withhold_stale ----------------------------------------------------------------------
+# Contract, clause by clause (the test that holds each):
+#   1. the advantages are over the whole group: a withheld member's reward stays in the mean and the std
+#                                                         -> test_a_withheld_members_reward_stays_in_the_baseline
+#   2. one advantage per member, the withheld ones' too (the mask alone withholds)
+#                                                         -> test_a_withheld_members_reward_stays_in_the_baseline
+#   3. a member over max_lag is withheld; one at exactly max_lag is trained
+#                                                         -> test_a_member_at_the_bound_is_trained_one_past_it_is_not
+#   4. a withheld member's row of the mask is all 0; every other row is the caller's, padding included
+#                                                         -> test_only_the_withheld_rows_of_the_mask_are_zeroed
+#   5. the caller's learner_version and max_lag are the bound -> test_the_callers_bound_is_the_bound
+#   6. a group all stale: nothing trained, advantages finite -> test_a_group_all_stale_trains_nothing
+#   7. the caller's eps is added to the sample std         -> test_withhold_on_random_groups
+#   8. the inputs stay as they were                        -> test_withhold_leaves_its_inputs_as_they_were
+
+# A group of four: rewards 1, 0, 1, 0 (mean 0.5, sample std 0.577); generated at versions 5, 3, 4, 5.
+GROUP_REWARDS = torch.tensor([1.0, 0.0, 1.0, 0.0])
+GROUP_VERSIONS = [5, 3, 4, 5]
+GROUP_MASK = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0], [1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
+
+
+def reference_advantages(rewards, eps=1e-4):
+    rewards = torch.as_tensor(rewards, dtype=torch.float32)
+    std = rewards.std() if len(rewards) > 1 else torch.tensor(0.0)
+    return (rewards - rewards.mean()) / (std + eps)
+
+
+@pytest.mark.todo("withhold_stale")
+def test_a_withheld_members_reward_stays_in_the_baseline(chapter):
+    advantages, _ = chapter.withhold_stale(GROUP_REWARDS, GROUP_VERSIONS, GROUP_MASK, learner_version=6, max_lag=2)
+    expected = reference_advantages(GROUP_REWARDS)  # +-0.866: the member of version 3 (lag 3) counts in mean and std
+    fresh_only = reference_advantages(GROUP_REWARDS[[0, 2, 3]])
+    assert isinstance(advantages, torch.Tensor) and advantages.shape == (4,), (
+        f"advantages {advantages!r}: one per member of the group, the withheld ones too ([G] = [4]); "
+        "the mask alone withholds a member")
+    if same(advantages[[0, 2, 3]], fresh_only):
+        hint = ("the mean and std were taken over the fresh members only: a withheld member's reward stays in its "
+                "group's baseline, which is what withholding keeps that dropping loses")
+    elif same(advantages[[0, 2, 3]], expected[[0, 2, 3]]):
+        hint = ("the fresh members' advantages are right; a withheld member keeps its advantage too (its mask row, "
+                "not its advantage, keeps it out of the gradient)")
+    else:
+        hint = "each advantage is (reward - the group's mean) / (the group's sample std + eps), over all four members"
+    assert close(advantages, expected), f"advantages {advantages.tolist()}, expected {expected.tolist()}: {hint}"
+
+
+@pytest.mark.todo("withhold_stale")
+def test_a_member_at_the_bound_is_trained_one_past_it_is_not(chapter):
+    # learner at 6, max_lag 2: lags 1, 3, 2, 1 -> the member of version 3 (lag 3) is withheld, version 4 (lag 2) kept
+    _, mask = chapter.withhold_stale(GROUP_REWARDS, GROUP_VERSIONS, GROUP_MASK, learner_version=6, max_lag=2)
+    rows_trained = [bool(row.any()) for row in mask]
+    assert rows_trained == [True, False, True, True], (
+        f"rows trained {rows_trained}, expected [True, False, True, True]: lags are 6 - [5, 3, 4, 5] = [1, 3, 2, 1]; "
+        + ("a member at exactly max_lag (lag 2) is within the bound and is trained" if not rows_trained[2] else
+           "a member over max_lag (lag 3) is withheld: its row of the mask is 0"))
+
+
+@pytest.mark.todo("withhold_stale")
+def test_only_the_withheld_rows_of_the_mask_are_zeroed(chapter):
+    _, mask = chapter.withhold_stale(GROUP_REWARDS, GROUP_VERSIONS, GROUP_MASK, learner_version=6, max_lag=2)
+    expected = GROUP_MASK.clone()
+    expected[1] = 0.0
+    assert isinstance(mask, torch.Tensor) and mask.shape == GROUP_MASK.shape and torch.equal(mask, expected), (
+        f"mask {mask.tolist() if isinstance(mask, torch.Tensor) else mask!r}, expected {expected.tolist()}: the "
+        "withheld member's whole row is 0, and every other row is the caller's as it was (its padding zeros too)")
+
+
+@pytest.mark.todo("withhold_stale")
+@pytest.mark.parametrize("learner_version, max_lag, trained", [(5, 0, [True, False, False, True]),
+                                                               (9, 5, [True, False, True, True]),
+                                                               (4, 1, [True, True, True, True])])
+def test_the_callers_bound_is_the_bound(chapter, learner_version, max_lag, trained):
+    _, mask = chapter.withhold_stale(GROUP_REWARDS, GROUP_VERSIONS, GROUP_MASK, learner_version, max_lag)
+    rows_trained = [bool(row.any()) for row in mask]
+    lags = [learner_version - v for v in GROUP_VERSIONS]
+    assert rows_trained == trained, (
+        f"learner_version {learner_version}, max_lag {max_lag}: lags {lags}, rows trained {rows_trained}, expected "
+        f"{trained}: a member is withheld when learner_version - its version > max_lag (a member newer than the "
+        "learner has a lag below 0, and is trained)")
+
+
+@pytest.mark.todo("withhold_stale")
+def test_a_group_all_stale_trains_nothing(chapter):
+    advantages, mask = chapter.withhold_stale(GROUP_REWARDS, [0, 0, 0, 0], GROUP_MASK, learner_version=9, max_lag=1)
+    assert torch.isfinite(advantages).all() and close(advantages, reference_advantages(GROUP_REWARDS)), (
+        f"advantages {advantages.tolist()}: with every member withheld, the advantages are still the group's")
+    assert not mask.any(), f"mask {mask.tolist()}: every member is 8 versions old: none of its tokens is trained"
+
+
+@pytest.mark.todo("withhold_stale")
+def test_withhold_on_random_groups(chapter):
+    rng = torch.Generator().manual_seed(3)
+    for case in range(20):
+        size, length = int(torch.randint(1, 9, (1,), generator=rng)), int(torch.randint(1, 6, (1,), generator=rng))
+        rewards = torch.rand(size, generator=rng).round(decimals=1)
+        versions = torch.randint(0, 6, (size,), generator=rng).tolist()
+        mask = (torch.rand(size, length, generator=rng) > 0.3).float()
+        learner_version, max_lag = int(torch.randint(3, 8, (1,), generator=rng)), case % 4
+        eps = [1e-4, 0.5, 1e-6][case % 3]
+        advantages, trained = chapter.withhold_stale(rewards, versions, mask, learner_version, max_lag, eps=eps)
+        expected_mask = torch.where(torch.tensor([learner_version - v > max_lag for v in versions])[:, None],
+                                    torch.zeros_like(mask), mask)
+        assert torch.isfinite(advantages).all() and close(advantages, reference_advantages(rewards, eps), 1e-4), (
+            f"case {case} (rewards {rewards.tolist()}, eps {eps}): advantages {advantages.tolist()}, expected "
+            f"{reference_advantages(rewards, eps).tolist()}: the caller's eps is added to the sample std; a group of "
+            "one, or of equal rewards, gives 0")
+        assert torch.equal(trained, expected_mask), (
+            f"case {case} (versions {versions}, learner {learner_version}, max_lag {max_lag}): mask {trained.tolist()}, "
+            f"expected {expected_mask.tolist()}")
+
+
+@pytest.mark.todo("withhold_stale")
+def test_withhold_leaves_its_inputs_as_they_were(chapter):
+    rewards, versions, mask = GROUP_REWARDS.clone(), list(GROUP_VERSIONS), GROUP_MASK.clone()
+    chapter.withhold_stale(rewards, versions, mask, learner_version=6, max_lag=2)
+    changed = [name for name, now, before in (("rewards", rewards, GROUP_REWARDS), ("mask", mask, GROUP_MASK))
+               if not torch.equal(now, before)] + (["versions"] if versions != GROUP_VERSIONS else [])
+    assert not changed, (
+        f"withhold_stale changed its caller's {', '.join(changed)}: zeroing rows in place (mask[i] = 0, "
+        "masked_fill_, sub_) rewrites the caller's tensor; return new tensors")
+
+
 # --- The lab -------------------------------------------------------------------------------------
 
 

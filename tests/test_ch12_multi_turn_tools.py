@@ -261,6 +261,87 @@ def test_the_oldest_policy_token_wherever_it_sits(chapter):
         "of mask 1, even when its log-probability is 0")
 
 
+# --- TODO 5: Episode.trainable_mask -----------------------------------------------------------------------
+# Contract, clause by clause (the test that holds each):
+#   1. a policy token is kept when learner_version - its version <= max_token_staleness, exactly at the bound too
+#                                                         -> test_each_policy_token_is_bounded_on_its_own
+#   2. an older policy token is 0, and only it: the episode's fresh tokens are still trained
+#                                                         -> test_each_policy_token_is_bounded_on_its_own
+#   3. the environment's tokens stay 0, whatever the bound   -> test_the_environments_tokens_are_never_trained
+#   4. a token newer than the learner's version is kept      -> test_the_callers_bound_is_the_bound_per_token
+#   5. the caller's learner_version and max_token_staleness are the bound
+#                                                         -> test_the_callers_bound_is_the_bound_per_token
+#   6. one entry per token, in a new list: the episode's own mask stays as it was
+#                                                         -> test_the_episodes_own_mask_stays_as_it_was
+
+
+def episode_of(chapter, mask, versions):
+    """An episode with these lists, built directly (not through append_turn: this TODO's tests stand alone)."""
+    episode = chapter.Episode([1])
+    episode.ids = list(range(10, 10 + len(mask)))
+    episode.mask, episode.versions, episode.logprobs = list(mask), list(versions), [-1.0] * len(mask)
+    return episode
+
+
+# policy v3 v3 | tool | policy v5 | tool | policy v6 v6: turns sampled by three versions of the weights
+PARTIAL = ([1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0], [3, 3, -1, -1, 5, -1, 6, 6])
+
+
+@pytest.mark.todo("Episode.trainable_mask")
+def test_each_policy_token_is_bounded_on_its_own(chapter):
+    episode = episode_of(chapter, *PARTIAL)
+    mask = episode.trainable_mask(learner_version=7, max_token_staleness=2)
+    expected = [0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0]  # lags 4 4 - - 2 - 1 1: the v3 turn is over the bound
+    if list(mask) == expected:
+        return
+    if list(mask) == [0.0] * 8:
+        why = "the whole episode was dropped by its oldest token: bound each token on its own, keep the fresh ones"
+    elif list(mask)[4] == 0.0 and list(mask)[6] == 1.0:
+        why = "a token at exactly the bound (v5: lag 2) is within it, and is kept"
+    elif list(mask)[:2] == [1.0, 1.0]:
+        why = "the v3 tokens are 4 versions behind the learner, over the bound of 2: they are 0"
+    else:
+        why = "each policy token is kept when learner_version - its version <= max_token_staleness"
+    pytest.fail(f"mask {list(mask)}, expected {expected}: {why}")
+
+
+@pytest.mark.todo("Episode.trainable_mask")
+def test_the_environments_tokens_are_never_trained(chapter):
+    episode = episode_of(chapter, *PARTIAL)
+    for bound in (0, 3, 100):
+        mask = list(episode.trainable_mask(learner_version=6, max_token_staleness=bound))
+        tool_entries = [mask[i] for i in (2, 3, 5)]
+        assert len(mask) == 8 and tool_entries == [0.0, 0.0, 0.0], (
+            f"bound {bound}: mask {mask}: the tool's tokens (positions 2, 3, 5, mask 0, version -1) are context and "
+            "stay 0 whatever the bound; start from the episode's mask, not from 1 for every fresh-enough version")
+
+
+@pytest.mark.todo("Episode.trainable_mask")
+@pytest.mark.parametrize("learner_version, bound, expected", [
+    (6, 0, [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0]),
+    (5, 0, [0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0]),  # the v6 tokens are newer than the learner: kept
+    (9, 6, [1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0]),
+    (9, 3, [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0])])
+def test_the_callers_bound_is_the_bound_per_token(chapter, learner_version, bound, expected):
+    mask = list(episode_of(chapter, *PARTIAL).trainable_mask(learner_version, bound))
+    lags = [learner_version - v if owner else None for owner, v in zip(*PARTIAL)]
+    assert mask == expected, (
+        f"learner_version {learner_version}, max_token_staleness {bound}: policy tokens' lags {lags}, mask {mask}, "
+        f"expected {expected}: a token is kept when its lag is at most the caller's bound; a lag below 0 (a token "
+        "newer than the learner's version) is within it")
+
+
+@pytest.mark.todo("Episode.trainable_mask")
+def test_the_episodes_own_mask_stays_as_it_was(chapter):
+    episode = episode_of(chapter, *PARTIAL)
+    mask = episode.trainable_mask(learner_version=7, max_token_staleness=2)
+    assert episode.mask == PARTIAL[0] and episode.versions == PARTIAL[1], (
+        f"the episode's mask is now {episode.mask}: trainable_mask answers a new list and leaves the episode as it "
+        "was (a later step, with another learner version, asks again)")
+    assert mask is not episode.mask and len(mask) == len(episode.ids), (
+        "one entry per token, in a list of its own (not the episode's mask)")
+
+
 # --- TODO 3: run_episode ---------------------------------------------------------------------------------
 # Contract, clause by clause (the test that holds each):
 #   1. each turn is generated after the prompt and the episode so far, as token ids (the tool's replies too: the

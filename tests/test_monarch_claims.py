@@ -17,6 +17,9 @@ ten-line script behind a sentence of the docs, and prints nothing unless the cla
                           ActorError like any other, and the actor still answers
   docs/01_hello_actor.md  an actor handles one message at a time, an async endpoint's awaits
                           included; only a @concurrent_endpoint lets another message in at an await
+  docs/appendix/cluster.md  an endpoint that waits for a completion sent to its own actor wedges, blocking
+                          or awaiting in a plain endpoint alike; awaiting in a concurrent one does not. On
+                          0.7.0's TCP fallback a read's own completion does not come through the actor
 """
 
 import asyncio
@@ -32,7 +35,7 @@ from monarch.actor import Actor, ActorError, concurrent_endpoint, endpoint, this
 from monarch.rdma import RDMABuffer
 
 from koans import harness
-from koans.claim_actors import Broken, Holder, Probe
+from koans.claim_actors import Broken, Holder, Notifier, Probe, Waiter
 from koans.monarch_compat import SupervisionError
 
 TIMEOUT = 30
@@ -256,3 +259,43 @@ def test_a_plain_endpoint_holds_back_every_later_message_a_concurrent_one_too(te
     events = turns.log.call_one().get(timeout=TIMEOUT)
     assert events == ["waiting starts", "waiting gave up", "gate opened"], (
         f"{events}: a concurrent endpoint queued behind a plain one started only when the plain one returned")
+
+
+WEDGED = ["waiting starts", "waiting gave up", "completion arrived"]
+
+
+@pytest.mark.parametrize("how, expected", [("start_and_block", WEDGED), ("start_and_await", WEDGED),
+                                           ("start_and_await_concurrently",
+                                            ["waiting starts", "completion arrived", "waiting woken"])])
+def test_an_endpoint_waiting_for_a_completion_sent_to_its_own_actor(shared_procs, how, expected, test_tag):
+    """WeightBridge's limitations: a completion that arrives as a message to the actor that waits for it is
+    never seen while that actor's loop is held. The wait is bounded here (1 s), so a wedge shows as a give-up."""
+    procs = shared_procs(procs=2)
+    waiter = procs.slice(procs=0).spawn(f"waiter_{test_tag}", Waiter)
+    notifier = procs.slice(procs=1).spawn(f"notifier_{test_tag}", Notifier)
+    getattr(waiter, how).call_one(notifier, waiter, 1.0).get(timeout=TIMEOUT)
+    for _ in range(100):  # the completion's message runs once the waiter lets go; wait for it to be logged
+        events = waiter.log.call_one().get(timeout=TIMEOUT)
+        if "completion arrived" in events:
+            break
+        time.sleep(0.05)
+    assert events == expected, f"{how}: {events}"
+
+
+class BlockingReader(Actor):
+    @endpoint
+    async def read_blocking(self, handle) -> list[float]:
+        landing = torch.full((16,), -1.0)
+        handle.read_into(landing, timeout=TIMEOUT).get(timeout=TIMEOUT)  # Monarch warns: a blocking get() in a loop
+        return landing.tolist()
+
+
+def test_on_the_tcp_fallback_a_reads_completion_does_not_come_through_the_actor(shared_procs, test_tag):
+    """On 0.7.0 without ibverbs, a blocking .get() on a read inside an endpoint completes (Monarch warns that it
+    "can freeze the loop and deadlock"): the fallback's completion is not a message to the reader's actor. The
+    landing starts at -1, so a read that moved nothing fails. WeightBridge reports the opposite on ibverbs."""
+    holder = shared_procs(procs=1).spawn(f"holder_{test_tag}", Holder)
+    holder.fill.call_one(3.0).get(timeout=TIMEOUT)
+    handle = holder.buffer.call_one().get(timeout=TIMEOUT)
+    reader = this_proc().spawn(f"reader_{test_tag}", BlockingReader)
+    assert reader.read_blocking.call_one(handle).get(timeout=TIMEOUT) == [3.0] * 16

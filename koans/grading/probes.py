@@ -476,6 +476,35 @@ def _run_versions(module, case):
         return {"raised": type(err).__name__}
 
 
+def _draw_withhold(rng):
+    size, cols = rng.randint(1, 8), rng.randint(1, 5)
+    return {"rewards": [round(rng.random(), 1) for _ in range(size)], "versions": [rng.randint(0, 6) for _ in range(size)],
+            "mask": _mask(rng, size, cols), "learner_version": rng.randint(2, 8), "max_lag": rng.randint(0, 3),
+            "eps": rng.choice([1e-4, 0.5, 1e-6])}
+
+
+def _run_withhold(module, case):
+    rewards, mask = _tensor(case["rewards"]), _tensor(case["mask"])
+    out = _call(module.withhold_stale, rewards, list(case["versions"]), mask, case["learner_version"],
+                case["max_lag"], eps=case["eps"])
+    return {"out": plain(out), "inputs_after": plain([rewards, mask])}
+
+
+def _draw_token_bounds(rng):
+    case = _draw_versions(rng)
+    case.update(learner_version=rng.randint(0, 7), bound=rng.randint(0, 3))
+    return case
+
+
+def _run_token_bounds(module, case):
+    episode = module.Episode([0])
+    episode.ids = list(range(len(case["mask"])))
+    episode.mask, episode.versions = list(case["mask"]), list(case["versions"])
+    episode.logprobs = [0.0] * len(case["mask"])
+    out = _call(episode.trainable_mask, case["learner_version"], case["bound"])
+    return {"out": plain(out), "mask_after": plain(episode.mask)}
+
+
 PROBES: dict[str, list[Probe]] = {
     "ch06": [Probe("Service.next_replica", _draw_routing,
                    lambda m, c: _run_routing(m.Service, m, c, least_loaded=False))],
@@ -490,8 +519,10 @@ PROBES: dict[str, list[Probe]] = {
              Probe("decoupled_ppo_loss", lambda rng: _draw_loss(rng, decoupled=True), _run_decoupled),
              Probe("masked_importance_weights", lambda rng: _draw_weights(rng, banded=True),
                    lambda m, c: _run_weights(m, c, banded=True)),
-             Probe("AdmissionWindow.admit", _draw_admission, _run_admission)],
+             Probe("AdmissionWindow.admit", _draw_admission, _run_admission),
+             Probe("withhold_stale", _draw_withhold, _run_withhold)],
     "ch12": [Probe("Episode.append_turn", _draw_turns, _run_turns), Probe("Episode.version", _draw_versions, _run_versions),
+             Probe("Episode.trainable_mask", _draw_token_bounds, _run_token_bounds),
              Probe("LeastLoadedService.next_replica", _draw_routing,
                    lambda m, c: _run_routing(m.LeastLoadedService, m, c, least_loaded=True))],
 }
