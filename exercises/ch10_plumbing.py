@@ -41,8 +41,29 @@ from .ch10_multihost import (HostsSpec, JobHosts, add_host_flags, describe_hosts
                              killing_host_at, missing_scheduler)
 from .ch10_policy import (CountingTask, Prompt, greedy_answers, pad_left, prompt_ids,  # noqa: F401 (tests use them)
                           sample_group)
-from .ch10_qwen_grpo import (TIMEOUT, Rollout, RunConfig, clip_gradients, continuous_rollouts, pick_device,
+from .ch10_qwen_grpo import (TIMEOUT, Rollout, RunConfig, continuous_rollouts, pick_device,
                              policy_loss, response_logprobs, score)
+
+
+def clip_gradients(model: torch.nn.Module, max_grad_norm: float | None) -> float:
+    """Scale the gradients (after backward) so their total norm is at most `max_grad_norm`; None: leave
+    them. Answers the norm before the clip. One rare batch can have a gradient tens of times the usual;
+    clipped, it reaches the optimizer's running averages no larger than any other batch."""
+    if max_grad_norm is not None and not max_grad_norm > 0:
+        raise ValueError(f"max_grad_norm must be above 0 (or None: no clip), got {max_grad_norm}")
+    limit = float("inf") if max_grad_norm is None else max_grad_norm
+    return float(torch.nn.utils.clip_grad_norm_(model.parameters(), limit))
+
+
+def optimizer_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor,
+                   max_grad_norm: float | None) -> float:
+    """One update: the gradients of `loss`, clipped (clip_gradients), then the optimizer's step. Answers the
+    gradient's norm before the clip. The clip comes between backward and step: the step must see it."""
+    optimizer.zero_grad()
+    loss.backward()
+    norm = clip_gradients(model, max_grad_norm)
+    optimizer.step()
+    return norm
 
 
 class AdmissionCount:
@@ -121,6 +142,22 @@ class Pacer(Actor):
     @endpoint
     async def counts(self) -> dict:
         return {"next_number": self.count.next_number, "held_back": self.count.held_back}
+
+
+class PacerClient:
+    """What a rollout loop holds of the Pacer: it puts a group, then gives its number back."""
+
+    def __init__(self, pacer: Pacer):
+        self.pacer = pacer
+
+    async def put_then_done(self, put, ticket: int | None) -> None:
+        """Await `put` (the group into the buffer); then tell the pacer whether it got there."""
+        made = False
+        try:
+            await put
+            made = True
+        finally:
+            await ask(self.pacer.done, ticket, made)
 
 
 class Generator(Actor):
@@ -243,10 +280,7 @@ class Trainer(Actor):
             # group_advantages (or no std), then grpo_loss (per response, or every token alike): RunConfig's choices
             loss, stats = policy_loss(logps, b["old_logps"], b["rewards"], b["mask"], self.config, ref_logps)
             await self.publisher.wait_staged()  # the last version's snapshot is copied: weights may change
-            self.optimizer.zero_grad()
-            loss.backward()
-            stats["grad_norm"] = clip_gradients(self.model, self.config.max_grad_norm)
-            self.optimizer.step()
+            stats["grad_norm"] = optimizer_step(self.model, self.optimizer, loss, self.config.max_grad_norm)
             lags = [self.version - r.version for r in rollouts]
             self.version += 1
             info.update(loss=loss.item(), groups=len(rollouts), samples=len(rollouts) * self.config.group_size)
@@ -371,7 +405,8 @@ async def run_async(job: Job, on_step=None, timeout: float = 1800, loops_per_gen
     config, stop = job.config, asyncio.Event()
     if job.pacer is not None:  # numbering from the learner's version now (a job may run more than once)
         await ask(job.pacer.start, await ask(job.trainer.flush, timeout=2 * TIMEOUT))
-    rollouts = [continuous_rollouts(job.service, job.buffer, job.task, stop, worker, config.seed, job.pacer)
+    pacer = PacerClient(job.pacer) if job.pacer is not None else None
+    rollouts = [continuous_rollouts(job.service, job.buffer, job.task, stop, worker, config.seed, pacer)
                 for worker in range(loops_per_generator * config.generators)]
     training = continuous_training(job.trainer, job.buffer, config.steps, config.groups_per_step, stop, on_step)
     *counts, results = await asyncio.wait_for(asyncio.gather(*rollouts, training), timeout)

@@ -65,8 +65,7 @@ class RunConfig:
     advantage_std: bool = True  # divide by the group's std (GRPO); False: reward - group mean (Dr. GRPO)
     max_grad_norm: float | None = 1.0  # clip the gradient's total norm to this before each step; None: no clip
     max_lag: int = 1
-    pacing: str = "admission"  # "admission": start a group only if it will be trained within max_lag; "drop": start
-    # every group, and drop the ones that went stale (chapter 09's buffer alone)
+    pacing: str = "admission"  # start a group only if it is trained within max_lag; "drop": drop the stale (ch09)
     generators: int = 2
     lease_timeout_s: float = 10.0  # a dead generator's lease blocks a staging slot this long (ch07)
     dtype: str = "float32"
@@ -212,16 +211,6 @@ def policy_loss(logps: torch.Tensor, old_logps: torch.Tensor, rewards: torch.Ten
     return loss, stats
 
 
-def clip_gradients(model: torch.nn.Module, max_grad_norm: float | None) -> float:
-    """Scale the gradients (after backward) so their total norm is at most `max_grad_norm`; None: leave
-    them. Answers the norm before the clip. One rare batch can have a gradient tens of times the usual;
-    clipped, it reaches the optimizer's running averages no larger than any other batch."""
-    if max_grad_norm is not None and not max_grad_norm > 0:
-        raise ValueError(f"max_grad_norm must be above 0 (or None: no clip), got {max_grad_norm}")
-    limit = float("inf") if max_grad_norm is None else max_grad_norm
-    return float(torch.nn.utils.clip_grad_norm_(model.parameters(), limit))
-
-
 # --- The rollout loop (given) ----------------------------------------------------------------
 
 
@@ -229,24 +218,18 @@ async def continuous_rollouts(service, buffer, task: CountingTask, stop: asyncio
                               seed: int = 0, pacer=None) -> int:
     """One rollout loop: prompt, generate through the service, score, put; until `stop` is set.
 
-    With a `pacer` (the main job's, given code), a group starts only if it will be trained within the
-    lag bound; else nothing is generated, and the loop asks again a moment later.
+    A `pacer` (the main job's) holds back a group that would be too stale by its training step.
     Answers the number of rollouts made; their ids are f"w{worker}-{n}", n = 1, 2, ...
     """
     rng = random.Random(seed * 1000 + worker)
     made = 0
     while not stop.is_set():
         rollout = await service.route("generate", task.sample(rng), f"w{worker}-{made + 1}", paced=pacer is not None)
-        if rollout is None:  # held back: it would be too stale by its training step
+        if rollout is None:  # held back by the pacer: nothing was generated
             await asyncio.sleep(PACING_WAIT_S)
             continue
-        put = False
-        try:
-            await asyncio.wait_for(buffer.put.call_one(score(task, rollout)), TIMEOUT)
-            put = True
-        finally:
-            if pacer is not None:  # its number back to the pacer: in the buffer, or never will be
-                await asyncio.wait_for(pacer.done.call_one(rollout.ticket, put), TIMEOUT)
+        put = asyncio.wait_for(buffer.put.call_one(score(task, rollout)), TIMEOUT)
+        await (pacer.put_then_done(put, rollout.ticket) if pacer is not None else put)
         made += 1
     return made
 

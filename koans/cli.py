@@ -729,6 +729,22 @@ def cmd_workshop(off: bool) -> int:
 # ---------------------------------------------------------------- main
 
 
+#: The commands a student edition neither lists nor runs: they need the reference, or are the instructor's.
+EDITION_HIDES = ("grade", "autograder", "edition", "verify", "bench")
+
+
+def _commands_text(hidden: tuple[str, ...]) -> str:
+    """This module's docstring after its first paragraph, less the lines of the `hidden` commands."""
+    kept, skipping = [], False
+    for line in "\n\n".join(__doc__.split("\n\n")[1:]).splitlines():
+        command = re.match(r"    koans (\w+)", line)
+        if command or not line.startswith("     "):
+            skipping = bool(command and command.group(1) in hidden)
+        if not skipping:
+            kept.append(line)
+    return "\n".join(kept)
+
+
 def _terminate(signum, frame) -> None:
     raise SystemExit(128 + signum)  # unwinds, so a running chapter's pytest is stopped too
 
@@ -741,9 +757,21 @@ def main(argv: list[str] | None = None) -> int:
     if "--" in argv and (argv[:1] == ["check"]):
         cut = argv.index("--")
         argv, passthrough = argv[:cut], argv[cut + 1:]
+    from koans.edition import NO_SOLUTIONS, has_stretch_code, is_student_edition
+
+    # A student edition lists only what it can do: no maintainers' or instructors' commands, and no `workshop`
+    # where it holds no stretch code; asked for one anyway, it says why not.
+    hidden = (EDITION_HIDES + (() if has_stretch_code() else ("workshop",))) if is_student_edition() else ()
+    if argv[:1] and argv[0] in hidden:
+        what = ("koans workshop: this edition was built without the stretch TODOs' code (it is for self-study or "
+                "a graded class), so you write those TODOs too. A workshop's edition is built with "
+                "`koans edition DIR --workshop`." if argv[0] == "workshop"
+                else NO_SOLUTIONS.format(what="koans " + argv[0]))
+        print(f"koans: {what}", file=sys.stderr)
+        return 2
     parser = argparse.ArgumentParser(prog="koans", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog="\n\n".join(__doc__.split("\n\n")[1:]))
+                                     epilog=_commands_text(hidden))
     sub = parser.add_subparsers(dest="command")
     listing = sub.add_parser("list", help="both tracks, with each chapter's last result")
     listing.add_argument("--refresh", action="store_true", help="first re-run the chapters that changed since their last run")
@@ -761,31 +789,31 @@ def main(argv: list[str] | None = None) -> int:
     reset.add_argument("chapter")
     reset.add_argument("--yes", action="store_true", help="do not ask")
     reset.add_argument("--undo", action="store_true", help="bring back the version the last reset saved")
-    workshop_depth = sub.add_parser("workshop", help="give the stretch TODOs as code, for the 3-hour workshop")
-    workshop_depth.add_argument("--off", action="store_true", help="put the stretch TODOs' stubs back (self-study)")
-    grade = sub.add_parser("grade", help="score every chapter into a Gradescope results.json")
-    grade.add_argument("--out", default="results.json")
-    grade.add_argument("--time-limit", type=float, default=None, help=f"seconds per chapter (default {CHAPTER_TIME_LIMIT_S:g})")
-    grade.add_argument("--chapters", default="", help="only these, e.g. 1,2,3 (default: every chapter)")
-    autograder = sub.add_parser("autograder", help="build the Gradescope autograder zip")
-    autograder.add_argument("--out", default="autograder.zip")
-    autograder.add_argument("--wheels", default=None, help="a folder of wheels to put in the zip, for an offline setup.sh")
+    if "workshop" not in hidden:
+        workshop_depth = sub.add_parser("workshop", help="give the stretch TODOs as code, for the 3-hour workshop")
+        workshop_depth.add_argument("--off", action="store_true", help="put the stretch TODOs' stubs back (self-study)")
+    if not hidden:
+        grade = sub.add_parser("grade", help="score every chapter into a Gradescope results.json")
+        grade.add_argument("--out", default="results.json")
+        grade.add_argument("--time-limit", type=float, default=None,
+                           help=f"seconds per chapter (default {CHAPTER_TIME_LIMIT_S:g})")
+        grade.add_argument("--chapters", default="", help="only these, e.g. 1,2,3 (default: every chapter)")
+        autograder = sub.add_parser("autograder", help="build the Gradescope autograder zip")
+        autograder.add_argument("--out", default="autograder.zip")
+        autograder.add_argument("--wheels", default=None,
+                                help="a folder of wheels to put in the zip, for an offline setup.sh")
     viz = sub.add_parser("viz", help="draw chapter 10's timeline as an HTML page, with a max-lag slider")
     viz.add_argument("--trace", default=None, help="Chrome trace JSON from chapter 10 (default: its last run)")
     viz.add_argument("--out", default=None, help="the page to write (default: .koans/viz.html, which git ignores)")
     viz.add_argument("--max-lag", type=int, default=4, help="the slider's upper end")
     viz.add_argument("--sweep", default=None, metavar="JSON", help="draw chapter 11's sweep instead (its --json file)")
-    sub.add_parser("verify", help="maintainers: every chapter gates its TODOs (--mutants: and every wrong answer)",
-                   add_help=False)
-    sub.add_parser("bench", help="koans bench --gpu: every GPU test and benchmark, into one JSON", add_help=False)
-    sub.add_parser("edition", help="instructors: write the student edition (no solutions) into a new folder",
-                   add_help=False)
+    if not hidden:
+        sub.add_parser("verify", help="maintainers: every chapter gates its TODOs (--mutants: and every wrong answer)",
+                       add_help=False)
+        sub.add_parser("bench", help="koans bench --gpu: every GPU test and benchmark, into one JSON", add_help=False)
+        sub.add_parser("edition", help="instructors: write the student edition (no solutions) into a new folder",
+                       add_help=False)
     args, rest = parser.parse_known_args(argv)
-    from koans.edition import NO_SOLUTIONS, is_student_edition
-
-    if args.command in ("verify", "bench", "autograder", "edition") and is_student_edition():
-        print(f"koans: {NO_SOLUTIONS.format(what='koans ' + args.command)}", file=sys.stderr)
-        return 2
     try:
         if args.command == "edition":
             from koans.edition import main as edition_main

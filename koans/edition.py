@@ -165,10 +165,63 @@ def _edition_readme(readme: str) -> str:
             "```bash\npython3 -m venv .venv && . .venv/bin/activate && pip install torch==2.13.0 && pip install -e . "
             "&& koans\n```\n\n"
             "This is the course's student edition: the exercises, their tests, the docs and the runner, with no "
-            "reference solutions. Where a doc shows `python -m solutions.chNN_<topic>`, run "
-            "`python -m exercises.chNN_<topic>`: the same demo, on your code. Commands that need the reference "
-            "(`koans verify`, `pytest --impl solutions`) say so.\n\n")
-    return head + body
+            "reference solutions: every demo the docs show (`python -m exercises.chNN_<topic>`) runs on your code, "
+            "and `pytest --impl solutions` says that the reference is not here.\n\n")
+    torch_note = next((p for p in readme.split("\n\n") if p.startswith("`pip install torch==2.13.0` comes first")), "")
+    return head + (torch_note + "\n\n" if torch_note else "") + body
+
+
+#: In the edition's docs: the reference's module paths become the learner's (the same given code is there).
+DOC_REWRITES: tuple[tuple[str, str], ...] = (("python -m solutions.", "python -m exercises."),
+                                             ("from solutions.", "from exercises."),
+                                             ("`solutions/__init__.py`", "`exercises/__init__.py`"),
+                                             ("solutions/ch", "exercises/ch"),
+                                             (" --impl solutions", ""))
+#: A doc's part for maintainers alone, left out of the edition: between these two lines.
+MAINTAINERS_ONLY = re.compile(r"\n<!-- maintainers -->\n.*?\n<!-- /maintainers -->\n", re.S)
+#: What a default (graded or self-study) edition says instead of the workshop's sentences.
+WORKSHOP_ONLY: tuple[tuple[str, str, str], ...] = (
+    ("docs/00_overview.md",
+     "In the workshop, `koans workshop` first gives each chapter's stretch TODOs as code; self-study and grading "
+     "write those too.",
+     "In this edition you write every TODO, the stretch ones too."),
+)
+
+
+def _edition_docs(out: Path, workshop: bool) -> None:
+    """The docs as a learner of this edition reads them: its own paths, no maintainers' parts."""
+    for path in sorted((out / "docs").rglob("*.md")):
+        text = MAINTAINERS_ONLY.sub("\n", path.read_text())
+        text = re.sub(r"\s+\(the reference: `python -m solutions\.[\w<>]+`\)", "", text)
+        for old, new in DOC_REWRITES:
+            text = text.replace(old, new)
+        path.write_text(text)
+    if not workshop:
+        for name, old, new in WORKSHOP_ONLY:
+            path = out / name
+            text = path.read_text()
+            if text.count(old) != 1:
+                raise EditionError(f"cannot build the edition: {name} no longer holds the workshop's sentence "
+                                   f"({old[:60]!r}); update WORKSHOP_ONLY in koans/edition.py")
+            path.write_text(text.replace(old, new))
+
+
+def _keep_hints(path: Path, keep: int) -> int:
+    """Keep the first `keep` hints of every TODO in the edition's koans/hints.py; answer how many were left out."""
+    import ast
+
+    text = path.read_text()
+    lines = text.splitlines()
+    tree = ast.parse(text)
+    hints = next(node.value for node in tree.body if isinstance(node, ast.AnnAssign) and node.target.id == "HINTS")
+    longer = [node for per_todo in hints.values for node in per_todo.values if len(node.elts) > keep]
+    for node in sorted(longer, key=lambda n: -n.lineno):
+        kept = ", ".join(json.dumps(ast.literal_eval(element)) for element in node.elts[:keep])
+        first, last = node.lineno - 1, node.end_lineno - 1
+        prefix, suffix = lines[first][:node.col_offset], lines[last][node.end_col_offset:]
+        lines[first:last + 1] = [f"{prefix}({kept},){suffix}"]
+    path.write_text("\n".join(lines) + "\n")
+    return sum(len(node.elts) - keep for node in longer)
 
 
 HINT_WITHOUT_CODE = ("(This edition leaves out the hint that spelled out this TODO's code: the hints before it and "
@@ -206,8 +259,10 @@ def _copy(source: Path, target: Path) -> None:
     shutil.copy2(source, target)
 
 
-def build(out: Path, workshop: bool = False, root: Path = PROJECT_ROOT, quiet: bool = False) -> list[str]:
-    """Write the student edition into `out` (new or empty); its files, relative to `out`."""
+def build(out: Path, workshop: bool = False, root: Path = PROJECT_ROOT, quiet: bool = False,
+          hints: int | None = None) -> list[str]:
+    """Write the student edition into `out` (new or empty); its files, relative to `out`. `hints`: keep only the
+    first `hints` hints of every TODO (a graded class: 2 leaves out the last, near-code hint of each); None: all."""
     from koans.manifest import todos_of
     from koans.stubgen import expected_exercises
 
@@ -224,15 +279,19 @@ def build(out: Path, workshop: bool = False, root: Path = PROJECT_ROOT, quiet: b
     shutil.copytree(root / "docs", out / "docs", ignore=skip)
     (out / "docs" / "appendix" / "instructors.md").unlink(missing_ok=True)  # the grader's workings: not for learners
     def maintainers_tests(folder: str, names: list[str]) -> set[str]:  # the chapter tests and their data stay
-        return {n for n in names if (n.startswith("test_") and n.endswith(".py") and not re.match(r"test_ch\d\d_", n))
+        return {n for n in names if (n.startswith("test_") and n.endswith(".py")
+                                     and not re.match(r"test_ch\d\d_", n) and n != "test_monarch_claims.py")
                 or n in ("__pycache__", "make_snapshots.py") or n.endswith(".pyc")}  # the snapshots' maker reads solutions/
 
     shutil.copytree(root / "tests", out / "tests", ignore=maintainers_tests)
     stubs = expected_exercises(root / "solutions")
     for name, text in stubs.items():
         (out / "exercises").mkdir(exist_ok=True)
+        if name.endswith("_plumbing.py"):  # given code, where a docstring points at the reference's demo
+            text = re.sub(r"\s*\(the reference: python -m solutions\.\w+\)", "", text)
         (out / "exercises" / name).write_text(text)
     (out / "README.md").write_text(_edition_readme((root / "README.md").read_text()))
+    _edition_docs(out, workshop)
 
     data = edition_data(root, stubs)
     if workshop:
@@ -258,6 +317,8 @@ def build(out: Path, workshop: bool = False, root: Path = PROJECT_ROOT, quiet: b
     # hold it too): such a body is not a leak of the edition's making, and is told apart here.
     given = " ".join("\n".join(text for name, text in stubs.items()).split())
     bodies = {name: body for name, body in bodies.items() if body not in given}
+    if hints is not None:
+        _keep_hints(out / "koans" / "hints.py", hints)
     stripped = _strip_answer_hints(out / "koans" / "hints.py", bodies)
     allowed = {f"{c.tag} {key}" for c in CHAPTERS for key in c.stretch} if workshop else set()
     leaks = [leak for leak in find_leaks(out, bodies) if not (leak.split(": ", 1)[1] in allowed
@@ -279,9 +340,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", help="a new folder")
     parser.add_argument("--workshop", action="store_true",
                         help="also hold the stretch TODOs' code, which `koans workshop` gives (not for a graded class)")
+    parser.add_argument("--hints", type=int, default=None, metavar="N",
+                        help="keep only the first N hints of every TODO (a graded class: 2, which leaves out each "
+                             "TODO's last hint, the one closest to code); default: every hint")
     args = parser.parse_args(argv)
+    if args.hints is not None and args.hints < 1:
+        parser.error(f"--hints {args.hints}: keep at least 1 hint per TODO (every TODO has 2 or more)")
     try:
-        build(Path(args.out), args.workshop)
+        build(Path(args.out), args.workshop, hints=args.hints)
     except EditionError as err:
         print(f"koans edition: {err}", file=sys.stderr)
         return 2

@@ -6,7 +6,7 @@ contract (what to produce, and the invariant it keeps); the recipe lives here,
 so a learner sees it only by asking.
 
 Keys are the TODO keys that `koans.stubgen` derives from the solution files:
-"Class.method" or "function". tests/test_harness.py checks that every TODO has
+"Class.method" or "function". The course's own tests check that every TODO has
 at least two hints and that no hint names a TODO that does not exist.
 """
 

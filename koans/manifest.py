@@ -94,9 +94,9 @@ CHAPTERS: tuple[Chapter, ...] = (
             stretch=("ReplayBuffer.sample",)),
     Chapter(10, "qwen_grpo", "Async GRPO for a Qwen2 policy", WORKSHOP, 25, builds_on=(3, 5, 6, 7, 9),
             stretch=("response_token_logprobs",), process_imports=("torch", QWEN2)),
-    Chapter(11, "staleness", "Staleness: what it costs, how to correct it", ELECTIVE, 55, builds_on=(3, 5, 6, 7, 9, 10),
+    Chapter(11, "staleness", "Staleness: what it costs, how to correct it", ELECTIVE, 65, builds_on=(3, 5, 6, 7, 9, 10),
             fits_after=10, process_imports=()),
-    Chapter(12, "multi_turn_tools", "Multi-turn episodes with tools", ELECTIVE, 50, builds_on=(3, 5, 6, 7, 9, 10),
+    Chapter(12, "multi_turn_tools", "Multi-turn episodes with tools", ELECTIVE, 55, builds_on=(3, 5, 6, 7, 9, 10),
             fits_after=10, stretch=("Episode.trainable_mask",)),
 )
 

@@ -82,7 +82,9 @@ def test_each_actor_has_its_own_state(chapter):
 def test_futures_can_be_awaited_in_async_code(chapter, remote_procs):
     remote = remote_procs.spawn("greeter", chapter.Greeter, "Barbara")
     replies = asyncio.run(asyncio.wait_for(chapter.greet_twice(remote, "Edsger"), timeout=STARTUP_TIMEOUT))
-    assert replies == ["Hello, Edsger! I am Barbara (greeting #1).", "Hello, Edsger! I am Barbara (greeting #2)."]
+    assert replies == ["Hello, Edsger! I am Barbara (greeting #1).", "Hello, Edsger! I am Barbara (greeting #2)."], (
+        f"greeting a new greeter twice from async code (await instead of .get()) gave {replies!r}: greet answers "
+        "the same text, #1 then #2, however its future is waited for")
 
 
 # --- TODO 2: Greeter.whereabouts -------------------------------------------------------------------
@@ -102,7 +104,8 @@ def test_futures_can_be_awaited_in_async_code(chapter, remote_procs):
 @pytest.mark.todo("Greeter.whereabouts")
 def test_this_proc_runs_the_actor_in_our_own_process(chapter):
     where = greeter_here(chapter, "Ada").whereabouts.call_one().get(timeout=TIMEOUT)
-    assert set(where) == {"pid", "host", "device"}
+    assert set(where) == {"pid", "host", "device"}, (
+        f"whereabouts answered {where!r}: its keys are exactly 'pid', 'host' and 'device', no more and no fewer")
     assert where["pid"] == os.getpid(), (
         f"the greeter runs in this process ({os.getpid()}: this_proc() is the calling process itself), yet "
         f"whereabouts reported pid {where['pid']}: report the pid of the process the endpoint runs in")
@@ -227,7 +230,10 @@ def test_each_greeter_is_spawned_under_its_own_name(chapter):
     procs = RecordingProcs()
     for name in ("Ada", "Grace"):
         greeter = chapter.spawn_greeter(procs, name)
-        assert greeter.greet.call_one("you").get(timeout=TIMEOUT) == f"Hello, you! I am {name} (greeting #1)."
+        assert greeter.greet.call_one("you").get(timeout=TIMEOUT) == f"Hello, you! I am {name} (greeting #1).", (
+            f"the greeter from spawn_greeter(procs, {name!r}) did not answer 'Hello, you! I am {name} (greeting #1).' "
+            "to its first greeting: either `name` did not reach Greeter.__init__ (the arguments after the class), or "
+            "greet itself (TODO 1) does not answer as its contract says")
     assert procs.names == ["Ada", "Grace"], (
         f"the greeters were spawned under the actor names {procs.names}: spawn each under its own `name`, so that "
         "Monarch's logs and failure reports tell them apart")

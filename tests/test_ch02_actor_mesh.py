@@ -71,7 +71,9 @@ def test_a_slice_renumbers_the_message_not_the_actor(workers):
     assert [me["message_coords"] for me in replies] == [{"procs": 0}, {"procs": 1}], (
         "current_rank() is the message's view: through a 2-actor slice the ranks are 0 and 1"
     )
-    assert all(me["message_size"] == {"procs": 2} for me in replies)
+    assert all(me["message_size"] == {"procs": 2} for me in replies), (
+        f"through the 2-actor slice procs=2..3, message_size was {[me['message_size'] for me in replies]!r}: it is the "
+        "message's view, {'procs': 2} through this slice, not the size of the mesh the actors were spawned on")
     alone = workers.slice(procs=slice(3, 4)).whoami.call_one().get(timeout=TIMEOUT)
     assert (alone["message_coords"], alone["message_size"]) == ({"procs": 0}, {"procs": 1}), (
         f"through a one-actor slice the message sees {alone['message_coords']} of {alone['message_size']}: a "
@@ -92,7 +94,9 @@ def test_coordinates_and_size_name_every_dimension_of_a_two_dimensional_mesh(wor
 @pytest.mark.todo("Worker.whoami")
 def test_call_one_needs_exactly_one_actor(workers):
     me = workers.slice(procs=3).whoami.call_one().get(timeout=TIMEOUT)
-    assert me["spawn_coords"] == {"procs": 3}
+    assert me["spawn_coords"] == {"procs": 3}, (
+        f"through workers.slice(procs=3) the actor spawned at procs=3 reported spawn_coords {me['spawn_coords']!r}: "
+        "spawn_coords is where the actor was spawned (kept from __init__), whatever view the message comes through")
     assert (me["message_coords"], me["message_size"]) == ({}, {}), (
         f"through workers.slice(procs=3), one actor picked by index, the message saw {me['message_coords']} of "
         f"{me['message_size']}: that view has no dimension left, so current_rank() and current_size() are empty "
@@ -132,7 +136,9 @@ def test_broadcast_returns_nothing_yet_arrives_before_later_messages(workers):
     # Messages from one sender to one actor arrive in the order they were sent,
     # so this call sees the broadcast's effect without any waiting.
     tallies = workers.add.call(0).get(timeout=TIMEOUT)
-    assert list(tallies.values()) == [3, 3, 3, 3]
+    assert list(tallies.values()) == [3, 3, 3, 3], (
+        f"after broadcast add(3) to the 4 workers, add(0) on each answered {list(tallies.values())!r}, not "
+        "[3, 3, 3, 3]: add adds the amount to the tally the actor keeps (never replaces it) and answers that tally")
 
 
 @pytest.mark.todo("Worker.add")
@@ -140,13 +146,17 @@ def test_choose_sends_each_message_to_exactly_one_actor(workers):
     replies = [workers.add.choose(1).get(timeout=TIMEOUT) for _ in range(12)]
     tallies = list(workers.add.call(0).get(timeout=TIMEOUT).values())
     assert sum(tallies) == 12, f"12 messages of +1 should add 12 in total, not {sum(tallies)}: tallies {tallies}"
-    assert all(1 <= reply <= 12 for reply in replies)
+    assert all(1 <= reply <= 12 for reply in replies), (
+        f"choose(1), sent 12 times, answered {replies!r}: each answer is the chosen actor's new tally after adding 1, "
+        "so between 1 and 12")
 
 
 @pytest.mark.todo("Worker.add", "Worker.whoami")
 def test_a_crashed_process_fails_its_caller_and_spares_the_others(chapter, fresh_procs):
     pair = chapter.spawn_workers(fresh_procs(procs=2))
-    assert len(pair.whoami.call().get(timeout=TIMEOUT)) == 2
+    assert len(pair.whoami.call().get(timeout=TIMEOUT)) == 2, (
+        "whoami.call() on a fresh mesh of 2 workers did not answer once per actor: call() reaches every actor, and "
+        "its ValueMesh holds one reply for each of the 2")
     faults_before = len(harness.recorded_faults)
 
     with pytest.raises(SupervisionError):
@@ -154,7 +164,9 @@ def test_a_crashed_process_fails_its_caller_and_spares_the_others(chapter, fresh
 
     survivor = pair.slice(procs=0)
     assert survivor.add.call_one(2).get(timeout=TIMEOUT) == 2, "the other process is untouched by the crash"
-    assert survivor.whoami.call_one().get(timeout=TIMEOUT)["spawn_coords"] == {"procs": 0}
+    assert survivor.whoami.call_one().get(timeout=TIMEOUT)["spawn_coords"] == {"procs": 0}, (
+        "after its neighbour's process crashed, the actor at procs=0 did not report spawn_coords {'procs': 0}: "
+        "spawn_coords is where the actor was spawned (kept from __init__), whatever view the message comes through")
     deadline = time.monotonic() + TIMEOUT
     while len(harness.recorded_faults) == faults_before and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -224,7 +236,9 @@ def shares_on(view):
 @pytest.mark.parametrize("shape", [{"rows": 2, "cols": 2}, {"rows": 4, "cols": 1}], ids=["2x2", "4x1"])
 def test_shares_cover_the_list_exactly_once_on_a_mesh_of_two_dimensions(workers, shape):
     grid = workers.split(procs=("rows", "cols"), cols=shape["cols"])
-    assert dict(grid.sizes) == shape
+    assert dict(grid.sizes) == shape, (
+        f"the test's set-up split the 4 workers into dimensions {dict(grid.sizes)!r}, not {shape!r}: that is "
+        "Monarch's split, and runs none of your endpoints")
     size = shape["rows"] * shape["cols"]
     parts = shares_on(grid)
     assert parts == {rank: squares(NUMBERS[rank::size]) for rank in range(size)}, (
@@ -261,7 +275,8 @@ def test_sum_of_squares_combines_the_value_mesh(chapter, workers):
         assert total == squares(NUMBERS), (
             f"sum_of_squares over {size} workers ({dict(mesh.sizes)}) of 1..100 gave {total!r}, not "
             f"{squares(NUMBERS)}{one_share}")
-    assert chapter.sum_of_squares(workers, [], TIMEOUT) == 0
+    assert chapter.sum_of_squares(workers, [], TIMEOUT) == 0, (
+        "sum_of_squares(workers, []) did not answer 0: an empty list sums to 0 (every worker's share is empty)")
     big = [2**31 + 1, 3, 2**30]
     total = chapter.sum_of_squares(workers, big, TIMEOUT)
     assert type(total) is int and total == squares(big), (
@@ -295,5 +310,11 @@ def test_spawning_on_a_slice_of_the_proc_mesh_uses_only_those_processes(chapter,
     everyone = workers.whoami.call().get(timeout=TIMEOUT)
     pair = chapter.spawn_workers(procs.slice(procs=slice(0, 2)))
     replies = pair.whoami.call().get(timeout=TIMEOUT)
-    assert sorted(me["spawn_coords"]["procs"] for me in replies.values()) == [0, 1]
-    assert {me["pid"] for me in replies.values()} == {everyone.item(procs=r)["pid"] for r in (0, 1)}
+    assert sorted(me["spawn_coords"]["procs"] for me in replies.values()) == [0, 1], (
+        f"workers spawned on procs.slice(procs=slice(0, 2)) reported spawn_coords "
+        f"{[me['spawn_coords'] for me in replies.values()]!r}: spawn_coords is each actor's place in the mesh it was "
+        "spawned on, here procs 0 and 1")
+    assert {me["pid"] for me in replies.values()} == {everyone.item(procs=r)["pid"] for r in (0, 1)}, (
+        f"workers spawned on processes 0 and 1 reported pids {[me['pid'] for me in replies.values()]!r}, but "
+        f"the workers already there reported {[everyone.item(procs=r)['pid'] for r in (0, 1)]!r}: pid is the "
+        "actor's own process, so actors on the same processes report the same pids")

@@ -55,8 +55,12 @@ def test_the_handle_is_tiny_next_to_the_payload(chapter, procs):
     numel = 16 * 1024 * 1024  # 64 MiB of float32
     owner = procs.slice(procs=0).spawn("big_owner", chapter.TensorOwner, numel)
     handle = owner.handle.call_one().get(timeout=STARTUP_TIMEOUT)
-    assert isinstance(handle, chapter.TensorHandle)
-    assert (handle.numel, handle.dtype, handle.nbytes) == (numel, torch.float32, 64 * 2**20)
+    assert isinstance(handle, chapter.TensorHandle), (
+        f"the owner's handle is a {type(handle).__name__}, not a TensorHandle: expose answers a TensorHandle that "
+        "carries the buffer, the dtype and the element count")
+    assert (handle.numel, handle.dtype, handle.nbytes) == (numel, torch.float32, 64 * 2**20), (
+        f"the handle to {numel} float32 elements (64 MiB) says numel {handle.numel!r}, dtype {handle.dtype!r}: a "
+        "handle carries the exposed tensor's own dtype and element count")
     size = chapter.message_bytes(handle)
     assert size < 1024, f"a handle to 64 MiB should pickle to well under 1 KiB, got {size} bytes"
 
@@ -100,7 +104,9 @@ def test_expose_refuses_what_rdma_cannot_point_at_by_the_right_rule(chapter, bad
     "view", [torch.arange(16.0)[5:6:4], torch.arange(16.0)[3:9], torch.nn.Parameter(torch.zeros(4))],
     ids=["one-element-stride-4", "offset-view", "parameter"])
 def test_expose_takes_every_flat_contiguous_tensor(chapter, view):
-    assert view.is_contiguous()
+    assert view.is_contiguous(), (
+        f"the test's own input, shape {tuple(view.shape)}, stride {view.stride()}, is not one torch calls contiguous: "
+        "this check runs none of your code")
     try:
         handle = chapter.expose(view)
     except (ValueError, TypeError) as err:
@@ -108,7 +114,9 @@ def test_expose_takes_every_flat_contiguous_tensor(chapter, view):
                     f"{tuple(view.shape)}, stride {view.stride()}): {err}. Refuse nothing else: any torch.Tensor is "
                     "a tensor (a subclass such as nn.Parameter too), and contiguous is what tensor.is_contiguous() "
                     "says (a one-element view's stride says nothing about its layout)")
-    assert (handle.numel, handle.dtype) == (view.numel(), view.dtype)
+    assert (handle.numel, handle.dtype) == (view.numel(), view.dtype), (
+        f"expose of a 1-D {type(view).__name__} of {view.numel()} {view.dtype} gave a handle saying numel "
+        f"{handle.numel!r}, dtype {handle.dtype!r}: a handle carries the exposed tensor's own dtype and element count")
 
 
 # --- TODO 2: pull_into -----------------------------------------------------------------------------
@@ -163,7 +171,9 @@ def test_a_reread_sees_in_place_updates(owner_and_reader):
     handle = owner.handle.call_one().get(timeout=STARTUP_TIMEOUT)
     before = reader.pull.call_one(handle).get(timeout=TIMEOUT)
     after_update = owner.add_.call_one(1.0).get(timeout=TIMEOUT)
-    assert after_update != before
+    assert after_update != before, (
+        f"the reader's first pull, made before the owner's in-place add_(1.0), already matches the updated tensor "
+        f"(fingerprint {before!r}): a pull must hold the owner's bytes as they were when it read")
     with checking("expose"):
         assert reader.pull.call_one(handle).get(timeout=TIMEOUT) == after_update, (
             "the same handle, read again, must show the owner's memory as it is now: expose must register "
@@ -283,9 +293,14 @@ def test_pull_into_waits_at_most_the_callers_timeout(chapter):
 def test_a_flat_view_of_a_matrix_shares_its_memory_with_the_reader(chapter, procs, test_tag):
     matrix = torch.arange(12, dtype=torch.float64).reshape(3, 4)
     handle = chapter.expose(matrix.view(-1))
-    assert (handle.numel, handle.dtype, handle.nbytes) == (12, torch.float64, 96)
+    assert (handle.numel, handle.dtype, handle.nbytes) == (12, torch.float64, 96), (
+        f"expose(matrix.view(-1)), 12 float64, gave a handle saying numel {handle.numel!r}, dtype {handle.dtype!r}: "
+        "a handle carries the exposed tensor's own dtype and element count")
     reader = procs.slice(procs=1).spawn(f"reader_{test_tag}", chapter.Reader, 12, torch.float64)
-    assert reader.pull.call_one(handle).get(timeout=STARTUP_TIMEOUT) == chapter.fingerprint(matrix)
+    assert reader.pull.call_one(handle).get(timeout=STARTUP_TIMEOUT) == chapter.fingerprint(matrix), (
+        "the reader's first pull of the flat view of a 3x4 float64 matrix does not hold the matrix's bytes: either "
+        "expose does not point at the tensor's own memory, or pull_into returns before the read into `destination` "
+        "itself is done (awaited)")
     matrix[1, 2] = -1.0  # change the matrix in place, here in the owner's process
     assert reader.pull.call_one(handle).get(timeout=TIMEOUT) == chapter.fingerprint(matrix), (
         "the reader must see the change: the handle points at the matrix's own memory, not at a copy"
@@ -309,7 +324,9 @@ def test_a_message_carries_every_byte(chapter, owner_and_reader):
     copy = owner.send_copy.call_one().get(timeout=STARTUP_TIMEOUT)
     assert isinstance(copy, torch.Tensor) and copy.shape == (SMALL,), (
         f"send_copy answered a {type(copy).__name__}: answer the owner's torch.Tensor itself, shape ({SMALL},)")
-    assert chapter.fingerprint(copy) == owner.fingerprint.call_one().get(timeout=TIMEOUT)
+    assert chapter.fingerprint(copy) == owner.fingerprint.call_one().get(timeout=TIMEOUT), (
+        "the copy send_copy answered does not hold the owner's bytes: answer the owner's tensor itself, every byte "
+        "in the message")
     handle = owner.handle.call_one().get(timeout=TIMEOUT)
     assert chapter.message_bytes(copy) >= SMALL * 4 > chapter.message_bytes(handle), (
         "the copy pickles every byte; the handle does not"

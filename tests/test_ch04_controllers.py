@@ -67,7 +67,9 @@ def test_the_sink_keeps_every_record(chapter, sink_name):
 def test_the_first_caller_creates_it_in_the_root_process(chapter, sink_name):
     sink = chapter.find_sink("the test", sink_name, timeout=TIMEOUT)
     me = sink.identity.call_one().get(timeout=TIMEOUT)
-    assert me["created_by"] == "the test"
+    assert me["created_by"] == "the test", (
+        f"find_sink('the test', {sink_name!r}) was the first call for that name, yet its sink was created_by "
+        f"{me['created_by']!r}: the first caller creates the sink with its own created_by, under the `name` given")
     assert me["pid"] == os.getpid(), "controllers live in the job's root process"
 
 
@@ -92,7 +94,10 @@ def test_find_sink_waits_at_most_the_callers_timeout(chapter, monkeypatch):
 
     monkeypatch.setattr(chapter, "get_or_spawn_controller", get_or_spawn)
     monkeypatch.setattr(monarch.actor, "get_or_spawn_controller", get_or_spawn)
-    assert chapter.find_sink("the test", "a_sink", timeout=7) == "the sink"
+    assert chapter.find_sink("the test", "a_sink", timeout=7) == "the sink", (
+        f"with get_or_spawn_controller replaced by a stand-in whose future gives 'the sink', find_sink answered "
+        f"something else (waits: {waited}): answer the sink that get_or_spawn_controller's future gives, once "
+        "waited for")
     assert waited == [7], f"find_sink(..., timeout=7) waited with timeout={waited}: wait at most the caller's timeout"
 
 
@@ -112,7 +117,10 @@ def test_a_worker_can_be_the_first_caller(sink_name, workers):
         f"the sink worker 2 found was built by {made['created_by']!r}: worker 2 asked first for the sink named "
         f"{sink_name!r}, so its created_by built it; look the sink up under the `name` given (not a default)")
     others = workers.sink_identity.call().get(timeout=TIMEOUT)
-    assert {me["created_by"] for me in others.values()} == {"worker2"}
+    assert {me["created_by"] for me in others.values()} == {"worker2"}, (
+        f"after worker 2 built the sink, the workers found sinks created_by "
+        f"{[me['created_by'] for me in others.values()]!r}: every later caller gets that same sink, made with "
+        "'worker2'; its arguments are ignored")
     assert made["pid"] == os.getpid(), "even when a worker creates it, it lives in the root process"
 
 
@@ -168,7 +176,8 @@ def test_work_waits_for_the_reply_at_most_TIMEOUT(chapter, monkeypatch):
     monkeypatch.setattr(chapter, "find_sink", lambda *args, **kwargs: Sink())
     monkeypatch.setattr(chapter, "TIMEOUT", 7.0)
     worker = types.SimpleNamespace(rank=3, sink_name="a_sink")
-    assert chapter.Worker.__dict__["work"]._method(worker, [1, 2]) == 5
+    assert chapter.Worker.__dict__["work"]._method(worker, [1, 2]) == 5, (
+        "work([1, 2]), run against a stand-in sink, did not answer 5: work() answers the sum of squares of `items`")
     assert waited == [7.0], (
         f"work() waited for the record's reply with timeout={waited} while TIMEOUT was 7.0: wait at most TIMEOUT, "
         "so a sink that never answers cannot hang the worker")
@@ -183,12 +192,15 @@ def test_workers_report_to_the_sink_without_being_given_it(chapter, sink_name, w
     assert summary["items_done"]["count"] == 3 and summary["items_done"]["total"] == 12.0, (
         f"items_done {summary['items_done']}: 3 workers given 4 items each record 3 reports totalling 12.0; "
         "items_done is len(items), one record per work() call")
-    assert sorted(summary["items_done"]["sources"]) == ["worker0", "worker1", "worker2"]
+    assert sorted(summary["items_done"]["sources"]) == ["worker0", "worker1", "worker2"], (
+        f"items_done came from sources {summary['items_done']['sources']!r}, not worker0, worker1 and worker2: each "
+        "worker reports under the source worker<rank>, its own spawn rank")
 
 
 @pytest.mark.todo("Worker.work")
 def test_a_worker_with_nothing_to_do_still_reports_zero(chapter, sink_name, workers):
-    assert workers.slice(procs=0).work.call_one([]).get(timeout=STARTUP_TIMEOUT) == 0
+    assert workers.slice(procs=0).work.call_one([]).get(timeout=STARTUP_TIMEOUT) == 0, (
+        "work([]) did not answer 0: work() answers the sum of squares of `items`, 0 for no items")
     summary = chapter.find_sink("the test", sink_name, timeout=TIMEOUT).summary.call_one().get(timeout=TIMEOUT)
     assert summary.get("items_done") == {"count": 1, "total": 0.0, "sources": ["worker0"]}, (
         f"summary {summary}: a worker given no items still records items_done = 0; the sink learns it ran")
@@ -196,7 +208,8 @@ def test_a_worker_with_nothing_to_do_still_reports_zero(chapter, sink_name, work
 
 @pytest.mark.todo("Worker.work")
 def test_the_first_worker_to_report_builds_the_sink_under_its_own_name(chapter, sink_name, workers):
-    assert workers.slice(procs=1).work.call_one([3]).get(timeout=STARTUP_TIMEOUT) == 9
+    assert workers.slice(procs=1).work.call_one([3]).get(timeout=STARTUP_TIMEOUT) == 9, (
+        "work([3]) on worker 1 did not answer 9: work() answers the sum of squares of `items`")
     made = chapter.find_sink("the test", sink_name, timeout=TIMEOUT).identity.call_one().get(timeout=TIMEOUT)
     assert made["created_by"] == "worker1", (
         f"worker 1 reported first, yet the sink was built by {made['created_by']!r}: a worker asks find_sink "
@@ -207,7 +220,9 @@ def test_the_first_worker_to_report_builds_the_sink_under_its_own_name(chapter, 
 @pytest.mark.todo("Worker.work")
 def test_a_worker_reports_under_its_own_rank_even_through_a_slice(chapter, sink_name, workers):
     pair = workers.slice(procs=slice(1, 3))  # the message renumbers these two as 0 and 1
-    assert list(pair.work.call([1, 2]).get(timeout=STARTUP_TIMEOUT).values()) == [5, 5]
+    assert list(pair.work.call([1, 2]).get(timeout=STARTUP_TIMEOUT).values()) == [5, 5], (
+        "work([1, 2]) through the slice of workers 1 and 2 did not answer 5 from each: work() answers the sum of "
+        "squares of `items`")
     summary = chapter.find_sink("the test", sink_name, timeout=TIMEOUT).summary.call_one().get(timeout=TIMEOUT)
     sources = sorted(summary["items_done"]["sources"])
     assert sources == ["worker1", "worker2"], (

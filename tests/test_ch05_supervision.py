@@ -76,7 +76,9 @@ def test_an_exception_in_an_endpoint_is_not_a_death(chapter, child):
     assert isinstance(outcome.value, ActorError), (
         "an endpoint error's value is the exception itself (the ActorError caught), which a caller such as "
         f"chapter 06's service raises again; got {type(outcome.value).__name__}: {outcome.value!r:.100}")
-    assert "bad request" in str(outcome.value) and outcome.where == "child"
+    assert "bad request" in str(outcome.value) and outcome.where == "child", (
+        f"an endpoint that raised 'bad request' gave value {outcome.value!r:.100}, where {outcome.where!r}; expected "
+        "the exception itself (its text names 'bad request') and where 'child': every Outcome carries `where`")
     assert asyncio.run(chapter.classify(child.ping.call_one(1), TIMEOUT)).ok, "after raising, the actor still answers"
 
 
@@ -108,7 +110,10 @@ def test_a_fractional_timeout_is_kept_as_given(chapter):
 @pytest.mark.todo("classify")
 def test_no_answer_in_time_is_a_timeout(chapter, child):
     outcome = asyncio.run(chapter.classify(child.stall.call_one(0.6), timeout=0.2, where="child"))
-    assert outcome.kind == "timeout" and isinstance(outcome.value, TimeoutError) and outcome.where == "child"
+    assert outcome.kind == "timeout" and isinstance(outcome.value, TimeoutError) and outcome.where == "child", (
+        f"a reply that takes 0.6 s, with timeout=0.2: kind {outcome.kind!r}, value a {type(outcome.value).__name__}, "
+        f"where {outcome.where!r}; expected 'timeout', a TimeoutError and 'child': no reply within the given "
+        "`timeout` is a 'timeout', its value a TimeoutError, and every Outcome carries `where`")
     assert ask(child.ping, 3)["x"] == 3, "a slow actor is not a dead one"
 
 
@@ -131,7 +136,9 @@ def test_waiting_lets_other_tasks_run(chapter, child):
         return outcome, ran_meanwhile
 
     outcome, ran_meanwhile = asyncio.run(scenario())
-    assert outcome.kind == "ok"
+    assert outcome.kind == "ok", (
+        f"a reply that came after 0.3 s, well within the timeout, was classified {outcome.kind!r}: a reply within "
+        "the given `timeout` is 'ok'")
     assert ran_meanwhile > 0, ("nothing else ran while classify waited: it blocked the event loop. In async "
                                "code, wait with `await` (asyncio.wait_for), never with `.get()`")
 
@@ -139,7 +146,8 @@ def test_waiting_lets_other_tasks_run(chapter, child):
 @pytest.mark.todo("classify")
 def test_a_dead_process_is_told_apart(chapter, fresh_procs):
     doomed = fresh_procs(procs=1).spawn("doomed_child", chapter.Child)
-    assert asyncio.run(chapter.classify(doomed.ping.call_one(0), STARTUP_TIMEOUT)).ok
+    assert asyncio.run(chapter.classify(doomed.ping.call_one(0), STARTUP_TIMEOUT)).ok, (
+        "a ping to a live child, before any crash, was not classified 'ok': a reply within the timeout is 'ok'")
     outcome = asyncio.run(chapter.classify(doomed.crash.call_one(), TIMEOUT, where="doomed"))
     assert (outcome.kind, outcome.where) == ("died", "doomed"), f"a process that exits is 'died', got {outcome.kind}"
     assert isinstance(outcome.value, SupervisionError), (
@@ -197,10 +205,15 @@ def test_a_cancelled_caller_is_not_a_timeout(chapter):
 def test_the_supervisor_tells_the_two_failures_apart(supervised):
     supervisor = supervised()
     first_pid = ask(supervisor.ask, 1, timeout=STARTUP_TIMEOUT)["pid"]
-    assert ask(supervisor.provoke, "raise") == "endpoint_error"
+    assert ask(supervisor.provoke, "raise") == "endpoint_error", (
+        "the supervisor's child raised inside an endpoint, and classify did not call it 'endpoint_error': an "
+        "endpoint that raised is an endpoint_error, not a death")
     assert ask(supervisor.ask, 2)["pid"] == first_pid, "an endpoint error kills nobody"
     status = ask(supervisor.status)
-    assert (status["generation"], status["failures"]) == (1, [])
+    assert (status["generation"], status["failures"]) == (1, []), (
+        f"after an endpoint error the supervisor is at generation {status['generation']!r} with failures "
+        f"{status['failures']!r}; expected generation 1 and none: an endpoint error kills nobody, so nothing is "
+        "recorded or replaced")
 
 
 # --- TODO 2: Supervisor.__supervise__ --------------------------------------------------------
@@ -261,7 +274,9 @@ def test_each_killed_child_is_detected_recorded_and_replaced_once(plumbing, supe
             pytest.fail(f"the supervisor itself failed when its child's process died ({str(err)[:300]}): "
                         "__supervise__ answers True for every failure it is called for, the child's and the meshes "
                         "Monarch runs on that process alike (False or an exception passes it all up)")
-        assert provoked == "died"
+        assert provoked == "died", (
+            f"the child's process was crashed, and classify called it {provoked!r}, not 'died': a process that died "
+            "is 'died'")
         strangers = [f["mesh"] for f in status["failures"] if not f["mesh"].startswith("child_g")]
         assert len(status["failures"]) == generation - 1, (
             f"one death, one record: {status['failures']}" + (
@@ -272,7 +287,9 @@ def test_each_killed_child_is_detected_recorded_and_replaced_once(plumbing, supe
             f"the record's generation is the dead child's ({generation - 1}), not {record['generation']}: "
             "record it before you respawn")
         assert record["mesh"].startswith(f"child_g{generation - 1}"), f"the record names the mesh that died, not {record['mesh']!r}"
-        assert "exited" in record["report"]
+        assert "exited" in record["report"], (
+            f"the record's report is {record['report']!r}: record failure.report(), Monarch's own account of the "
+            "death (it says the process exited)")
         replacement = ask(supervisor.ask, generation, timeout=STARTUP_TIMEOUT)
         assert replacement["x"] == generation and replacement["pid"] not in pids, "the replacement runs in a new process"
         pids.append(replacement["pid"])
@@ -313,7 +330,9 @@ def test_monarchs_own_meshes_are_left_alone_whatever_their_names(chapter):
 def test_a_death_reported_twice_is_replaced_once(chapter):
     supervisor = bare_supervisor(chapter)
     for mesh in ("child_g1-xyz", "child_g1-xyz", "child_g2-abc"):  # the first death reported twice, then one more
-        assert supervisor.__supervise__(Failure(mesh)) is True
+        assert supervisor.__supervise__(Failure(mesh)) is True, (
+            f"__supervise__ did not return True for the failure of {mesh!r}: every failure is handled (True), a "
+            "second report of a death already replaced too; False fails the supervisor itself")
     assert [(f["generation"], f["mesh"]) for f in supervisor.failures] == [(1, "child_g1-xyz"), (2, "child_g2-abc")], (
         "each death is recorded once, however many failures report it: a second report of child_g1 comes after "
         f"it was replaced (it is no longer self.child_name). Got {supervisor.failures}")
@@ -324,7 +343,9 @@ def test_a_death_reported_twice_is_replaced_once(chapter):
 def test_every_death_is_replaced_however_many_came_before(chapter):
     supervisor = bare_supervisor(chapter)
     for generation in range(1, 13):
-        assert supervisor.__supervise__(Failure(f"child_g{generation}-x{generation}")) is True
+        assert supervisor.__supervise__(Failure(f"child_g{generation}-x{generation}")) is True, (
+            f"__supervise__ did not return True for the death of generation {generation}'s child: each death of "
+            "the current child is handled (True), however many came before it")
     assert (supervisor.generation, len(supervisor.failures)) == (13, 12), (
         f"12 deaths of the current child: generation {supervisor.generation} and {len(supervisor.failures)} "
         "records, not 13 and 12. Each death of the current child is recorded and replaced, however many came "

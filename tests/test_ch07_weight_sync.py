@@ -138,7 +138,10 @@ def test_claim_never_answers_a_slot_a_reader_holds(store_here):
     lease = ask(store.acquire, 0)  # a reader on v2
     ask(store.commit, ask(store.claim), 3, time.time())  # v3 into the third slot: now v2's slot is leased, not latest
     assert ask(store.claim) not in (lease.slot,), "v2's slot has a reader"
-    assert ask(store.stats)["skipped_claims"] == 0
+    assert ask(store.stats)["skipped_claims"] == 0, (
+        "the store counted a skipped claim, though every claim in this test had a free slot (one neither the latest "
+        "version's, nor being written, nor under a lease): answer such a slot, and count skipped_claims only when "
+        "answering None")
     ask(store.release, lease.lease)
 
 
@@ -149,7 +152,9 @@ def test_a_lease_older_than_the_timeout_is_dropped_at_the_next_claim(store_here)
     slot = ask(store.claim)  # the trainer starts writing v2 into the other slot...
     held = ask(store.acquire, 0)  # ...while two readers take a lease on v1
     other = ask(store.acquire, 0)
-    assert slot == 1 - held.slot
+    assert slot == 1 - held.slot, (
+        f"with v1 in slot {held.slot}, the claim for v2 answered {slot!r}, not the other slot: the latest version's "
+        "slot is never answered, and the other slot was free")
     ask(store.commit, slot, 2, time.time())
     claimed = ask(store.claim)
     if claimed != held.slot and ask(store.stats)["expired_leases"] == 2:
@@ -162,7 +167,8 @@ def test_a_lease_older_than_the_timeout_is_dropped_at_the_next_claim(store_here)
         f"{stats['expired_leases']} expired lease(s) counted, {stats['readers']} reader(s) left: both leases had "
         "expired, and each one dropped counts once")
     assert ask(store.release, held.lease) is False, "the reader learns, when it gives the lease back, that it had lost it"
-    assert ask(store.release, other.lease) is False
+    assert ask(store.release, other.lease) is False, (
+        "the second reader's lease had expired too: the claim drops it, so its release answers False")
 
 
 @pytest.mark.todo("WeightStore.claim")
@@ -172,7 +178,9 @@ def test_every_claim_drops_the_leases_expired_by_then(store_here):
     counted, answers = [], []
     for _ in range(2):  # slots are free each time: the expired lease blocks nothing, yet it is dropped
         lease = ask(store.acquire, 0)
-        assert ask(store.claim) is not None
+        assert ask(store.claim) is not None, (
+            "claim answered None though a slot was free (neither the latest version's, nor being written): an expired "
+            "lease blocks nothing, so the claim answers a free slot")
         counted.append(ask(store.stats)["expired_leases"])
         answers.append(ask(store.release, lease.lease))
     assert counted == [1, 2], (
@@ -240,7 +248,10 @@ def test_published_versions_reach_the_store_in_order(plumbing, weight_sync, aio)
     versions = [step_and_commit(plumbing, aio, store, trainer) for _ in range(3)]
     assert versions == [1, 2, 3], "with no readers, every step publishes its own version"
     stats = ask(store.stats)
-    assert (stats["latest_version"], stats["commits"], stats["writing"]) == (3, 3, 0)
+    assert (stats["latest_version"], stats["commits"], stats["writing"]) == (3, 3, 0), (
+        f"after three published versions: latest_version {stats['latest_version']}, commits {stats['commits']}, "
+        f"writing {stats['writing']}; expected 3, 3 and 0: each publish claims one slot, stages into it, and its "
+        "commit frees it")
 
 
 @pytest.mark.todo("WeightPublisher.publish")
@@ -250,7 +261,9 @@ def test_publish_skips_instead_of_waiting_when_every_slot_is_busy(chapter, plumb
     publisher = chapter.WeightPublisher(weights, store, rdma_chunk_bytes=64)
 
     async def scenario():
-        assert await publisher.publish(weights, version=1) == 1
+        assert await publisher.publish(weights, version=1) == 1, (
+            "the first publish, into a store with both slots free, did not answer version 1: a publish that gets a "
+            "slot starts staging into it and answers the version")
         await plumbing.wait_for_version(store, 1, timeout=TIMEOUT)
         reader_of_v1 = await asyncio.wait_for(store.acquire.call_one(0), TIMEOUT)  # a reader holds v1's slot
         weights["w"].fill_(2.0)
@@ -276,7 +289,9 @@ def test_publish_skips_instead_of_waiting_when_every_slot_is_busy(chapter, plumb
         await asyncio.wait_for(store.release.call_one(reader_of_v1.lease), TIMEOUT)
         assert await publisher.publish(weights, version=4) == 4, "once the lease is released the slot is free again"
         await plumbing.wait_for_version(store, 4, timeout=TIMEOUT)
-        assert (await asyncio.wait_for(store.stats.call_one(), TIMEOUT))["skipped_claims"] == 1
+        assert (await asyncio.wait_for(store.stats.call_one(), TIMEOUT))["skipped_claims"] == 1, (
+            "the store should have counted exactly one skipped claim, v3's: either publish asked the store again "
+            "after a None (a skip answers None at once), or claim did not count its None in skipped_claims")
 
     try:
         aio.run(scenario())
@@ -422,7 +437,9 @@ def test_versions_only_increase(chapter, procs, aio):
     publisher = chapter.WeightPublisher(weights, store)
 
     async def scenario():
-        assert await publisher.publish(weights, version=5) == 5
+        assert await publisher.publish(weights, version=5) == 5, (
+            "the first publish (version 5, every slot free) did not answer 5: a publish that gets a slot answers the "
+            "version it publishes")
         with pytest.raises(ValueError, match="only increase"):
             await publisher.publish(weights, version=5)
         with pytest.raises(ValueError, match="only increase"):
@@ -448,7 +465,9 @@ def test_a_last_version_skipped_for_busy_slots_still_goes_out(plumbing, weight_s
     assert ask(trainer.step) is None, "no slot was free, so step 3 was skipped"
     waiting = trainer.publish_until_out.call_one()  # waits for a slot
     ask(store.release, leases[0].lease)  # the first reader finishes
-    assert waiting.get(timeout=TIMEOUT) == 3
+    assert waiting.get(timeout=TIMEOUT) == 3, (
+        "publish_until_out did not answer 3, the version skipped while both slots were busy: once a reader releases "
+        "its slot, a claim answers that slot and the skipped version goes out")
     assert ask(store.stats)["latest_version"] == 3, "the skipped version went out once a slot was free"
     ask(store.release, leases[1].lease)
 
@@ -490,9 +509,13 @@ def test_after_a_sync_the_generator_is_bit_equal_to_the_published_version(plumbi
         step_and_commit(plumbing, aio, store, trainer)
         synced = ask(gen.sync)
         published = ask(trainer.fingerprints)
-        assert synced["transport"] == transport
+        assert synced["transport"] == transport, (
+            f"the sync went via {synced['transport']!r}, not the {transport!r} the generator asked for (None: nothing "
+            "loaded yet): load each snapshot with self.load(snapshot, halfway), which picks the reader's transport")
         assert synced["fingerprint"] == published[synced["loaded"]], f"v{synced['loaded']} arrived different via {transport}"
-    assert synced["loaded"] == 2
+    assert synced["loaded"] == 2, (
+        f"after two versions were published and synced, the generator holds v{synced['loaded']!r}, not v2: each sync "
+        "loads the newest version and records it as self.version")
     again = ask(gen.sync)
     assert again["version"] is None, (
         f"the reader holds v2, the latest, yet the next sync loaded v{again['version']} again: acquire asks for "
@@ -528,7 +551,9 @@ def test_the_trainer_keeps_stepping_while_a_slow_reader_holds_a_lease(plumbing, 
         "(in a finally)" if "readers 0" in events[1] else
         "the trainer must go on stepping (and skip publishing) while the reader holds its lease") + f": {events}"
     assert result["fingerprint"] == ask(trainer.fingerprints)[1], "torn read: the slot changed under the reader"
-    assert ask(store.stats)["readers"] == 0
+    assert ask(store.stats)["readers"] == 0, (
+        "the reader's sync is done, yet the store still counts a reader: give the lease back after the load, whatever "
+        "happens")
 
 
 @pytest.mark.todo("SnapshotReader.pull_and_load")
@@ -550,7 +575,9 @@ def test_a_reader_whose_lease_expired_never_keeps_a_torn_load(plumbing, weight_s
         "halfway, so release() answered False; await release's answer, and when it is False load again")
     assert result["lost_leases"] == 1, "release() answered False once; the reader must count it"
     assert (result["loaded"], result["fingerprint"]) == (3, published[3]), "it loaded again: the newest version, whole"
-    assert ask(store.stats)["expired_leases"] >= 1
+    assert ask(store.stats)["expired_leases"] >= 1, (
+        "the store counted no expired lease, though the reader's lease (lease_timeout_s=0) was too old at v3's claim: "
+        "claim drops each expired lease and counts it in expired_leases")
 
 
 @pytest.mark.todo("SnapshotReader.pull_and_load")
@@ -637,13 +664,18 @@ def test_each_call_gets_its_own_attempts(chapter):
         await asyncio.sleep(0)
 
     reader.load = load
-    assert asyncio.run(asyncio.wait_for(reader.pull_and_load(), 10)) == 3
+    assert asyncio.run(asyncio.wait_for(reader.pull_and_load(), 10)) == 3, (
+        "the first call (lease lost twice, then kept, attempts=3) did not answer 3: after a lost lease, load again, "
+        "up to self.attempts loads, and answer the version of the load whose lease held")
     try:
         second = asyncio.run(asyncio.wait_for(reader.pull_and_load(), 10))
     except RuntimeError as error:
         pytest.fail(f"the second call gave up after one lost lease ({error}): each call may load self.attempts "
                     "times; reader.lost_leases is a lifetime count, not the bound")
-    assert (second, reader.lost_leases) == (4, 3)
+    assert (second, reader.lost_leases) == (4, 3), (
+        f"the second call answered {second!r} with lost_leases {reader.lost_leases!r}; expected 4 and 3 (two leases "
+        "lost in the first call, one in this one): answer the version of the load whose lease held, and add every "
+        "lost lease to self.lost_leases")
 
 
 @pytest.mark.todo("SnapshotReader.pull_and_load")
@@ -737,10 +769,14 @@ def test_every_load_gets_halfway_a_reload_too(chapter):
 def test_the_generator_may_hold_another_dtype(plumbing, weight_sync, aio):
     store, trainer, (gen,) = weight_sync(generators=[("rdma", torch.bfloat16)])
     step_and_commit(plumbing, aio, store, trainer)
-    assert ask(gen.sync, timeout=STARTUP_TIMEOUT)["loaded"] == 1
+    assert ask(gen.sync, timeout=STARTUP_TIMEOUT)["loaded"] == 1, (
+        "after v1 was published, a sync left the bfloat16 generator without v1 ('loaded' is the reader's "
+        "self.version): whatever the generator's dtype, load the newest version and record it")
     theirs, ours = ask(trainer.state), ask(gen.state)
     for name, tensor in theirs.items():
-        assert ours[name].dtype == torch.bfloat16
+        assert ours[name].dtype == torch.bfloat16, (
+            f"{name} is {ours[name].dtype} in the generator after the sync, not bfloat16: load with self.load, which "
+            "copies into the generator's own weights, in their own dtype")
         assert torch.equal(ours[name], tensor.to(torch.bfloat16)), f"{name} differs from the trainer's, cast to bf16"
 
 
@@ -750,7 +786,9 @@ def test_a_hugging_face_qwen2_in_bf16_with_tied_embeddings(plumbing, weight_sync
     store, trainer, (gen,) = weight_sync("qwen2", torch.bfloat16, [(transport, torch.bfloat16)], rdma_chunk_bytes=4096)
     step_and_commit(plumbing, aio, store, trainer)
     synced = ask(gen.sync, timeout=STARTUP_TIMEOUT)
-    assert synced["fingerprint"] == ask(trainer.fingerprints)[1]
+    assert synced["fingerprint"] == ask(trainer.fingerprints)[1], (
+        f"after a sync the qwen2 generator (v{synced['loaded']!r} via {transport}) differs from the trainer's v1: a "
+        "sync after v1 was published loads it bit for bit, through self.load under a lease")
     assert ask(gen.tied_names_share_memory), "embedding and lm_head must stay one tensor"
 
 
@@ -761,7 +799,9 @@ def test_a_mismatched_generator_gets_a_clear_error_and_releases_its_lease(plumbi
     wrong = procs.slice(procs=1).spawn(f"gen_qwen_vs_mlp_{test_tag}", plumbing.PolicyGenerator, store, "qwen2")
     with pytest.raises(Exception, match="do not match the published ones") as caught:
         ask(wrong.sync, timeout=STARTUP_TIMEOUT)
-    assert "same model config" in str(caught.value)
+    assert "same model config" in str(caught.value), (
+        f"the error a mismatched generator got does not say to use the same model config: {caught.value}. Let the "
+        "load's own error reach the caller unchanged (after giving the lease back)")
     assert ask(store.stats)["readers"] == 0, "the lease must be released even when loading fails"
 
 
@@ -771,7 +811,9 @@ def test_forcing_a_transport_that_is_not_offered_is_a_clear_error(plumbing, weig
     step_and_commit(plumbing, aio, store, trainer)
     with pytest.raises(Exception, match="'cuda_ipc' is not offered"):
         ask(gen.sync, timeout=STARTUP_TIMEOUT)
-    assert ask(store.stats)["readers"] == 0
+    assert ask(store.stats)["readers"] == 0, (
+        "the sync failed ('cuda_ipc' is not offered), and the store still counts a reader: give the lease back "
+        "whatever happens, an error in the load too")
 
 
 # --- Where to stage: staging="auto" (given code) ----------------------------------------------------
@@ -781,7 +823,10 @@ def test_forcing_a_transport_that_is_not_offered_is_a_clear_error(plumbing, weig
                          ids=["cpu-weights", "one-shared-gpu", "several-gpus"])
 def test_auto_staging_picks_by_layout(chapter, plumbing, on_cuda, gpus, expected):
     transports = __import__(chapter.__name__.rsplit(".", 1)[0] + ".ch07_transports", fromlist=["x"])
-    assert transports.choose_staging("auto", on_cuda, visible_gpus=gpus) == expected
+    assert transports.choose_staging("auto", on_cuda, visible_gpus=gpus) == expected, (
+        f"given code: choose_staging('auto', on_cuda={on_cuda}, visible_gpus={gpus}) answered "
+        f"{transports.choose_staging('auto', on_cuda, visible_gpus=gpus)!r}, not {expected!r}; ch07_transports.py is "
+        "given, and should be as it came")
     with pytest.raises(ValueError, match="weights are on the CPU"):
         transports.choose_staging("cuda", False)
 
@@ -806,7 +851,9 @@ def test_gpu_trainer_to_gpu_generator(plumbing, procs, aio, chapter, staging, as
         step_and_commit(plumbing, aio, store, trainer)
         synced = ask(gen.sync, timeout=STARTUP_TIMEOUT)
         assert synced["transport"] == expected, "auto picks the fastest path that works from here"
-        assert synced["fingerprint"] == ask(trainer.fingerprints)[1]
+        assert synced["fingerprint"] == ask(trainer.fingerprints)[1], (
+            f"the GPU generator (v{synced['loaded']!r} via {synced['transport']!r}) differs from the trainer's v1: a "
+            "sync after v1 was published loads it bit for bit")
         if expected != "cuda_ipc":
             assert all(ask(trainer.publisher_stats)["pinned"]), "CPU slots must be pinned"
     finally:
@@ -837,7 +884,8 @@ def test_gpu_syncs_by_cuda_ipc_are_never_torn(plumbing, procs, chapter):
         published = ask(trainer.fingerprints)
         torn = [version for version, fingerprint in loads if fingerprint != published[version]]
         assert not torn, f"{len(torn)} of {len(loads)} loads were torn, e.g. v{torn[:5]}"
-        assert all(t == "cuda_ipc" for t in [ask(gen.sync)["transport"]] if t)
+        assert all(t == "cuda_ipc" for t in [ask(gen.sync)["transport"]] if t), (
+            "the last sync went by another transport than the cuda_ipc the generator asked for")
     finally:
         ask(trainer.close)
 

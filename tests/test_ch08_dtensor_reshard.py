@@ -68,7 +68,11 @@ def test_boxes_follow_torchs_uneven_chunking(chapter):
         f"10 elements over 4 ranks gave {boxes}: boxes are (offset, length); torch.chunk's rule gives each share "
         "ceil(10 / 4) = 3, so 3, 3, 3 and what is left, 1")
     assert [chapter.shard_box((5,), (4,), [Shard(0)], (r,))[0][1] for r in range(4)] == [2, 2, 1, 0], "the last may be empty"
-    assert chapter.shard_box((6, 8), (2, 2), [Shard(1), Replicate()], (1, 0)) == ((0, 6), (4, 4))
+    assert chapter.shard_box((6, 8), (2, 2), [Shard(1), Replicate()], (1, 0)) == ((0, 6), (4, 4)), (
+        "(6, 8) on mesh (2, 2), [Shard(1), Replicate()] at (1, 0) gave "
+        f"{chapter.shard_box((6, 8), (2, 2), [Shard(1), Replicate()], (1, 0))}, not ((0, 6), (4, 4)): Shard(1) on "
+        "mesh dimension 0 splits tensor dim 1 (8) into two shares of 4, coordinate 1 takes the second; Replicate() "
+        "leaves the box as it is")
     nested = chapter.shard_box((8,), (2, 2), [Shard(0), Shard(0)], (1, 1))
     assert nested == ((6, 2),), (
         f"(8,) on mesh (2, 2), [Shard(0), Shard(0)] at (1, 1) gave {nested}: the first split leaves (4, 4), the "
@@ -96,7 +100,9 @@ def test_boxes_match_torch_on_generated_layouts(chapter):
             if expected.numel():
                 assert torch.equal(region(full, box), expected), (shape, mesh, placements, coord, box)
             checked += 1
-    assert checked >= CASES
+    assert checked >= CASES, (
+        f"only {checked} ranks were checked over {CASES} generated layouts: each layout has at least one rank, and "
+        "chapter.ranks(mesh) (given) names them all")
 
 
 @pytest.mark.todo("shard_box")
@@ -128,7 +134,9 @@ def test_intersect_known_boxes(chapter):
         f"{overlap}: a box is (offset, length) per dim, its end offset + length excluded")
     assert chapter.intersect(((0, 4),), ((4, 4),)) is None, (
         "touching is not overlapping: answer None, never a box of length 0")
-    assert chapter.intersect(((0, 4),), ((6, 2),)) is None
+    assert chapter.intersect(((0, 4),), ((6, 2),)) is None, (
+        f"(0..4) and (6..8) do not overlap, yet intersect answered {chapter.intersect(((0, 4),), ((6, 2),))!r}: an "
+        "empty range in any dimension (its end at or before its start) means no overlap: None, never a box")
     assert chapter.intersect(((1, 8), (1, 8)), ((2, 2), (3, 1))) == ((2, 2), (3, 1)), "a box inside another"
     assert chapter.intersect(((0, 4),), ((2, 0),)) is None, "an empty box overlaps nothing"
     assert chapter.intersect((), ()) == (), (
@@ -229,9 +237,17 @@ def test_two_row_shards_to_four_column_shards(chapter, plumbing):
     plan = chapter.plan_transfer((8, 16), (2,), [Shard(0)], (4,), [Shard(1)])
     for dst, pieces in plan.items():
         assert sorted(p.src for p in pieces) == [0, 1], "each column block overlaps both row shards"
-        assert all(p.numel == 16 for p in pieces)
-        assert [p.dst_slices for p in sorted(pieces, key=lambda p: p.src)] == [(slice(0, 4), slice(0, 4)), (slice(4, 8), slice(0, 4))]
-    assert plumbing.bytes_moved(plan, 2) * 4 == plumbing.naive_bytes((8, 16), (4,), 2)["all_gather"]
+        assert all(p.numel == 16 for p in pieces), (
+            f"destination {dst}: pieces of {[p.numel for p in pieces]} elements, not 16 each: its 8 x 4 column block "
+            "overlaps each 4 x 16 row shard in 4 x 4, and a piece's dst_slices cover just that overlap")
+        assert [p.dst_slices for p in sorted(pieces, key=lambda p: p.src)] == [(slice(0, 4), slice(0, 4)), (slice(4, 8), slice(0, 4))], (
+            f"destination {dst}: dst_slices {[p.dst_slices for p in pieces]} (in plan order), not rows 0:4 (from "
+            "source 0) and 4:8 (from source 1), columns 0:4: a piece's slices are local to the destination's own 8 x "
+            "4 shard, not the whole tensor's coordinates")
+    assert plumbing.bytes_moved(plan, 2) * 4 == plumbing.naive_bytes((8, 16), (4,), 2)["all_gather"], (
+        f"the plan moves {plumbing.bytes_moved(plan, 2)} bytes of 2-byte elements; expected a quarter of an "
+        f"all-gather's {plumbing.naive_bytes((8, 16), (4,), 2)['all_gather']}: each of the 4 destinations pulls its "
+        "own 8 x 4 block, no more")
 
 
 @pytest.mark.todo("plan_transfer")
@@ -337,7 +353,10 @@ def test_pull_starts_every_read_before_waiting_for_any(chapter):
     holder.local = torch.full((3, 4), float("nan"))
     CountingBuffer.in_flight = CountingBuffer.most_at_once = 0
     read = asyncio.run(chapter.ShardHolder.__dict__["pull"]._method(holder, pieces, handles))
-    assert torch.equal(holder.local, source) and read == 12 * 4
+    assert torch.equal(holder.local, source) and read == 12 * 4, (
+        f"after pull: shard equal to the three rows read: {torch.equal(holder.local, source)}, bytes answered "
+        f"{read!r} (expected 48): either a piece did not land in its own region of self.local, or pull did not answer "
+        "the bytes it read (12 float32 elements)")
     assert CountingBuffer.most_at_once == 3, (
         f"at most {CountingBuffer.most_at_once} of the 3 reads were in flight at once: start every read, then "
         "wait for them all (asyncio.gather), so the pieces arrive in parallel, not one after another")

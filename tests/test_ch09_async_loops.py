@@ -79,8 +79,11 @@ def here(buffer, name):
 @pytest.mark.todo("ReplayBuffer.put")
 def test_put_keeps_fresh_groups(chapter, buffer):
     accepted = [buffer.put.call_one(group(chapter, f"g{i}", 0)).get(timeout=STARTUP_TIMEOUT) for i in range(3)]
-    assert accepted == [True, True, True]
-    assert buffer.waiting.call_one().get(timeout=TIMEOUT) == 3
+    assert accepted == [True, True, True], (
+        f"put answered {accepted!r} for three fresh groups (version 0, learner at 0), not [True, True, True]: a fresh "
+        "group is kept and put answers True")
+    assert buffer.waiting.call_one().get(timeout=TIMEOUT) == 3, (
+        "put kept three groups, yet the buffer does not hold 3: each kept group goes, once, at the end of self.groups")
 
 
 @pytest.mark.todo("ReplayBuffer.put")
@@ -90,7 +93,9 @@ def test_put_keeps_groups_in_the_order_they_came(chapter):
     async def put_three():  # versions out of order: generators run at different speeds
         return [await here(buffer, "put")(group(chapter, f"g{i}", version)) for i, version in enumerate((1, 0, 1))]
 
-    assert run_on_virtual_clock(put_three()) == [True, True, True]
+    assert run_on_virtual_clock(put_three()) == [True, True, True], (
+        "put did not answer True for each of three fresh groups (versions 1, 0, 1; learner at 0, max_lag 1): a fresh "
+        "group is kept, and put answers True")
     assert ids(buffer.groups) == ["g0", "g1", "g2"], (
         f"self.groups holds {ids(buffer.groups)}: a kept group goes to the end, in the order groups came (not by "
         "version), so the oldest stays first and sample hands out the oldest")
@@ -99,7 +104,9 @@ def test_put_keeps_groups_in_the_order_they_came(chapter):
 @pytest.mark.todo("ReplayBuffer.put")
 def test_put_refuses_a_group_that_is_already_too_stale(chapter, buffer):
     buffer.advance.call_one(5).get(timeout=STARTUP_TIMEOUT)  # the learner is at version 5; max lag is 1
-    assert buffer.put.call_one(group(chapter, "v3", 3)).get(timeout=TIMEOUT) is False
+    assert buffer.put.call_one(group(chapter, "v3", 3)).get(timeout=TIMEOUT) is False, (
+        "a group of version 3 is 2 versions behind the learner at 5, more than max_lag 1: put refuses it and answers "
+        "False")
     assert buffer.put.call_one(group(chapter, "v0", 0)).get(timeout=TIMEOUT) is False, (
         "a group from the initial weights (version 0) is 5 versions behind: version 0 is a version like any other")
     assert buffer.put.call_one(group(chapter, "v4", 4)).get(timeout=TIMEOUT) is True, (
@@ -151,7 +158,8 @@ def test_put_wakes_whoever_waits_for_groups(chapter, plumbing, procs, test_tag):
     while probe.listeners.call_one().get(timeout=STARTUP_TIMEOUT) == 0:
         assert time.monotonic() < deadline, "the probe never started waiting"
         time.sleep(0.01)
-    assert probe.put.call_one(group(chapter, "g0", 0)).get(timeout=TIMEOUT) is True
+    assert probe.put.call_one(group(chapter, "g0", 0)).get(timeout=TIMEOUT) is True, (
+        "put did not answer True for a fresh group (version 0, learner at 0): a kept group makes put answer True")
     with checking("ReplayBuffer.put"):
         assert woken.get(timeout=2 * TIMEOUT), (
             "put kept the group but woke nobody: a sample waiting for groups would sleep on until its timeout. "
@@ -181,7 +189,8 @@ def test_put_wakes_every_waiter_not_just_one(chapter):
         return kept
 
     kept = run_on_virtual_clock(scenario())
-    assert kept is True
+    assert kept is True, (
+        f"put answered {kept!r} for a fresh group (version 0, learner at 0): a kept group makes put answer True")
     assert sorted(woken) == ["first", "second"], (
         f"two waiters slept on self.arrived and one put woke {woken or 'neither'}: a kept group must wake every "
         "waiter (notify_all), since each may wait for something different")
@@ -222,7 +231,10 @@ def test_sample_hands_out_the_oldest_groups_once(chapter, buffer):
         "in the order they came")
     assert ids(buffer.sample.call_one(2, 0).get(timeout=TIMEOUT)) == ["g2", "g3"], "each group is handed out once"
     ledger = buffer.close.call_one().get(timeout=TIMEOUT)
-    assert (ledger.trained, ledger.unused_at_stop) == (["g0", "g1", "g2", "g3"], ["g4"])
+    assert (ledger.trained, ledger.unused_at_stop) == (["g0", "g1", "g2", "g3"], ["g4"]), (
+        f"ledger.trained {ledger.trained}, unused_at_stop {ledger.unused_at_stop} after two sample(2) of g0..g4: "
+        "expected g0..g3 trained and g4 left. Add the id of each group handed out to ledger.trained, and take it out "
+        "of self.groups")
 
 
 @pytest.mark.todo("ReplayBuffer.sample")
@@ -234,7 +246,9 @@ def test_sample_drops_groups_that_went_stale_while_waiting(chapter, buffer):
         f"sample(2, learner_version=2) of a, b (v0), c (v1), d (v2) handed out {ids(batch)}: with max_lag 1 the "
         "version-0 groups are too stale for a learner at 2. The version a sample brings becomes "
         "self.learner_version (it never goes down) before staleness is judged; the oldest fresh ones go out")
-    assert all(2 - g.version <= 1 for g in batch)
+    assert all(2 - g.version <= 1 for g in batch), (
+        f"sample handed out versions {[g.version for g in batch]} to a learner at 2 with max_lag 1: every group "
+        "handed out is within max_lag of the learner's version")
     dropped = buffer.close.call_one().get(timeout=TIMEOUT).dropped_stale
     assert dropped == ["a", "b"], (
         f"dropped_stale {dropped}: a group too stale for the learner is removed from self.groups and recorded in "
@@ -309,7 +323,8 @@ def test_groups_that_turn_stale_while_sample_waits_are_dropped(chapter, plumbing
         time.sleep(0.01)
     buffer.advance.call_one(2).get(timeout=TIMEOUT)  # the learner is at 2 now; max lag 1: "old" is too stale
     for name in ("new1", "new2"):
-        assert buffer.put.call_one(group(chapter, name, 2)).get(timeout=TIMEOUT) is True
+        assert buffer.put.call_one(group(chapter, name, 2)).get(timeout=TIMEOUT) is True, (
+            "put did not answer True for a fresh group (version 2, learner at 2): a kept group makes put answer True")
     batch = waiting.get(timeout=2 * TIMEOUT)
     assert batch is not None, (
         "sample answered None though two fresh groups came while it waited (a put woke it each time): on each "
@@ -317,14 +332,18 @@ def test_groups_that_turn_stale_while_sample_waits_are_dropped(chapter, plumbing
     assert ids(batch) == ["new1", "new2"], (
         f"sample handed out {ids(batch)}: the learner moved on while it waited, so 'old' turned stale. Drop what "
         "went stale on every wake, not only once before waiting")
-    assert buffer.close.call_one().get(timeout=TIMEOUT).dropped_stale == ["old"]
+    assert buffer.close.call_one().get(timeout=TIMEOUT).dropped_stale == ["old"], (
+        "ledger.dropped_stale should be ['old']: 'old' turned stale while sample waited, so sample removes it from "
+        "self.groups and records its id in ledger.dropped_stale")
 
 
 @pytest.mark.todo("ReplayBuffer.sample")
 def test_the_learner_version_never_goes_down(chapter, buffer):
     buffer.advance.call_one(5).get(timeout=STARTUP_TIMEOUT)
     buffer.put.call_one(group(chapter, "v4", 4)).get(timeout=TIMEOUT)
-    assert ids(buffer.sample.call_one(1, 3).get(timeout=TIMEOUT)) == ["v4"]  # a late caller, with an old version
+    assert ids(buffer.sample.call_one(1, 3).get(timeout=TIMEOUT)) == ["v4"], (  # a late caller, with an old version
+        "sample(1) with an old learner version (3; the buffer knows 5) did not hand out v4, the one fresh group "
+        "there: the learner version sample keeps is the larger of the two, and v4 is within max_lag of it")
     with checking("ReplayBuffer.sample"):
         assert buffer.put.call_one(group(chapter, "v3", 3)).get(timeout=TIMEOUT) is False, (
             "the learner is at 5, so a group of version 3 is too stale; a sample asking with version 3 must not "
@@ -340,7 +359,9 @@ def test_the_version_a_sample_brings_is_the_buffers_from_then_on(chapter):
         return empty, [await here(buffer, "put")(group(chapter, f"v{v}", v)) for v in (3, 4)]
 
     empty, answers = run_on_virtual_clock(scenario())
-    assert empty is None
+    assert empty is None, (
+        f"sample(1, learner_version=5, timeout=1.0) on an empty buffer answered {empty!r}: nothing came within the "
+        "caller's timeout, so it answers None")
     assert answers == [False, True], (
         f"after sample(1, learner_version=5), put answered {answers} for groups of versions 3 and 4, not "
         "[False, True]: the version a sample brings becomes self.learner_version, so put refuses what is too "
@@ -356,7 +377,9 @@ def test_a_sample_that_times_out_still_drops_what_is_stale(chapter):
             await here(buffer, "put")(group(chapter, name, version))
         return await here(buffer, "sample")(2, 3, 1.0)  # one fresh group of the two asked for: None
 
-    assert run_on_virtual_clock(scenario()) is None
+    assert run_on_virtual_clock(scenario()) is None, (
+        "sample(2, learner_version=3, timeout=1.0), with one fresh group there and one stale, did not answer None: "
+        "two fresh groups never came within the caller's timeout")
     assert (ids(buffer.groups), buffer.ledger.dropped_stale) == (["new"], ["old"]), (
         f"sample(2, learner_version=3) timed out with {ids(buffer.groups)} left and dropped_stale "
         f"{buffer.ledger.dropped_stale}: a group too stale for the learner is dropped (into "
@@ -426,7 +449,9 @@ def test_the_ledger_keeps_every_group_dropped(chapter):
         second = await here(buffer, "sample")(1, 6, 1.0)  # drops c (lag 3), hands out d
         return ids(first), ids(second)
 
-    assert run_on_virtual_clock(two_samples_that_drop()) == (["b"], ["d"])
+    assert run_on_virtual_clock(two_samples_that_drop()) == (["b"], ["d"]), (
+        "the two samples of one group did not hand out b, then d: each first drops the groups too stale for the "
+        "learner's version (a for a learner at 3, c for one at 6), then hands out the oldest fresh one")
     assert buffer.ledger.dropped_stale == ["a", "c"], (
         f"two samples each dropped one stale group (a, then c); ledger.dropped_stale is {buffer.ledger.dropped_stale}: "
         "the ledger keeps every id ever dropped, so add to the list (a new list each time loses the earlier ones)")
@@ -502,7 +527,9 @@ def test_the_training_loop_asks_for_the_current_version_and_retries_when_nothing
     learner, stop, seen = StandIn(train=train), asyncio.Event(), []
     results = asyncio.run(chapter.continuous_training(learner, buffer, 3, 4, stop, on_step=seen.append))
     assert [r["version"] for r in results] == [101, 102, 103], "exactly `steps` steps; a None sample is not a step"
-    assert trained == [["a"], ["b"], ["c"]]
+    assert trained == [["a"], ["b"], ["c"]], (
+        f"the learner trained on {trained}, not [['a'], ['b'], ['c']]: train each batch the buffer answers, once; a "
+        "None sample is not trained but asked again")
     assert [args for args in buffer.sample.calls] == [(4, 0), (4, 0), (4, 101), (4, 102), (4, 102), (4, 102)], (
         "each sample asks for batch_groups groups against the version the last train answered (0 at first)"
     )
@@ -656,7 +683,9 @@ def test_rollouts_fill_the_buffer_until_stopped(chapter, make_actors):
         return await asyncio.wait_for(loop, TIMEOUT)
 
     rollouts = asyncio.run(scenario())
-    assert rollouts >= 2
+    assert rollouts >= 2, (
+        f"the buffer held at least 8 groups, yet the rollout loop made only {rollouts!r} rollouts of 4 groups: put "
+        "keeps each group it accepts once, at the end of self.groups")
     assert actors.buffer.waiting.call_one().get(timeout=TIMEOUT) == 4 * rollouts, (
         "each finished rollout puts its 4 scored groups into the buffer; the loop returns how many it made"
     )
@@ -669,6 +698,30 @@ def test_rollouts_fill_the_buffer_until_stopped(chapter, make_actors):
         "two rollouts drew the same states: the generator's random stream is seeded once, not at every rollout")
 
 
+def test_a_rollout_in_flight_when_stop_is_set_is_finished_queued_and_counted(chapter):
+    """The given loop, on stand-ins: stop is set while the third rollout is being generated. That rollout is
+    finished (queued, scored) and counted; no fourth one starts."""
+    from koans.testing import StandIn
+
+    stop, made = asyncio.Event(), []
+
+    def generate():
+        made.append(len(made) + 1)
+        if len(made) == 3:
+            stop.set()  # the training loop finished while this rollout was being generated
+        return [f"groups of rollout {len(made)}"]
+
+    generator, queue, scorer = StandIn(generate=generate), StandIn(put=lambda groups: None), StandIn(score_next=dict)
+    rollouts = asyncio.run(chapter.continuous_rollouts(generator, queue, scorer, stop))
+    queued = [args[0] for args in queue.put.calls]
+    assert len(made) == 3, f"{len(made)} rollouts were generated: none starts once stop is set"
+    assert queued == [["groups of rollout 1"], ["groups of rollout 2"], ["groups of rollout 3"]], (
+        f"queued {queued}: the rollout in flight when stop was set is finished and queued, not dropped")
+    assert len(scorer.score_next.calls) == 3 and rollouts == 3, (
+        f"{len(scorer.score_next.calls)} scored, {rollouts} counted, for 3 generated: every rollout generated is "
+        "scored into the buffer and counted in what the loop returns")
+
+
 # --- Both loops together, on real actors ---------------------------------------------------------
 
 
@@ -678,7 +731,9 @@ def test_rollouts_go_on_while_the_learner_trains(plumbing, make_actors):
     run at once give it one at every step; loops in lock step cannot, and the step says so."""
     actors = make_actors(watchful=True)
     run = asyncio.run(plumbing.run_async(actors, steps=6, batch_groups=4, timeout=STARTUP_TIMEOUT * 3))
-    assert [r["version"] for r in run["results"]] == list(range(1, 7))
+    assert [r["version"] for r in run["results"]] == list(range(1, 7)), (
+        f"the six training steps answered versions {[r['version'] for r in run['results']]}, not 1 to 6: "
+        "continuous_training runs exactly `steps` steps and returns every train result, in order")
     overlaps = actors.learner.overlaps.call_one().get(timeout=TIMEOUT)
     assert overlaps and all(overlaps), (
         f"rollouts queued during each training step: {overlaps}. A step that saw none means the loops took "
@@ -702,7 +757,10 @@ def test_every_group_is_trained_or_dropped_exactly_once_and_lag_is_bounded(plumb
     assert len(everything) == len(set(everything)), "a group was counted twice"
     assert set(everything) == plumbing.produced_ids(run), "a group was lost (or came from nowhere)"
     trained_in_steps = [i for r in run["results"] for i in r["ids"]]
-    assert sorted(trained_in_steps) == sorted(ledger.trained) and len(trained_in_steps) == 10 * 4
+    assert sorted(trained_in_steps) == sorted(ledger.trained) and len(trained_in_steps) == 10 * 4, (
+        f"the steps trained {len(trained_in_steps)} groups and ledger.trained lists {len(ledger.trained)}; expected "
+        "the same 40 ids in both: 10 steps of 4 groups each (a None sample is no step), and sample records in "
+        "ledger.trained exactly the groups it hands out")
     lags = [lag for r in run["results"] for lag in r["lags"]]
     assert all(0 <= lag <= 1 for lag in lags), f"policy lag beyond max_lag=1: {sorted(set(lags))}"
 

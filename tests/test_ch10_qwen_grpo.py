@@ -28,7 +28,7 @@ def same(actual, expected, tol=1e-4) -> bool:
 
 
 #: Random inputs (fixed seeds) with non-default parameters, and the reference answers to them, stored by
-#: tests/data/make_snapshots.py (maintainers: `python -m tests.data.make_snapshots`).
+#: the course's maintainers (`python -m tests.data.make_snapshots`, in the course's repository).
 SNAPSHOTS = json.loads((Path(__file__).parent / "data" / "ch10_snapshots.json").read_text())
 
 
@@ -81,7 +81,9 @@ def test_each_group_is_normalised_on_its_own(chapter):
 def test_a_group_of_equal_rewards_teaches_nothing(chapter):
     advantages = chapter.group_advantages(torch.tensor([[0.7, 0.7, 0.7, 0.7], [0.0, 1.0, 0.0, 1.0]]))
     assert torch.isfinite(advantages).all(), "eps keeps a zero std from dividing by zero"
-    assert close(advantages[0], [0.0, 0.0, 0.0, 0.0])
+    assert close(advantages[0], [0.0, 0.0, 0.0, 0.0]), (
+        f"rewards [0.7, 0.7, 0.7, 0.7]: advantages {advantages[0].tolist()}, expected 0 each: a group of equal rewards "
+        "teaches nothing: (reward - its row's mean) / (its row's std + eps), each row its own group")
     assert close(advantages[1], [-0.86588, 0.86588, -0.86588, 0.86588]), "eps=1e-4 is added to the std"
 
 
@@ -158,7 +160,10 @@ def test_clipped_objective_by_hand(chapter, ratio, advantage, expected_objective
         f"ratio {ratio} (logps - old_logps = log {ratio}), advantage {advantage}, clip 0.2: loss {float(loss):.4f}, "
         f"expected {-expected_objective:g}: the ratio is p_new / p_old = exp(logps - old_logps), and the objective "
         "min(ratio * A, clamp(ratio, 1 - clip, 1 + clip) * A), the pessimistic one; the loss is its negative")
-    assert stats["clip_fraction"] == (0.0 if 0.8 <= ratio <= 1.2 else 1.0)
+    assert stats["clip_fraction"] == (0.0 if 0.8 <= ratio <= 1.2 else 1.0), (
+        f"ratio {ratio}, advantage {advantage}, clip 0.2: clip_fraction {stats['clip_fraction']!r}, expected "
+        f"{0.0 if 0.8 <= ratio <= 1.2 else 1.0}: it is the masked mean of \"ratio outside [1 - clip, 1 + clip]\" "
+        "= [0.8, 1.2], over every real token")
 
 
 @pytest.mark.todo("grpo_loss")
@@ -367,7 +372,9 @@ def test_each_response_token_is_read_off_the_position_before_it(chapter):
         "t is read at position P + t - 1 (the logits at position i predict token i+1)")
     other = chapter.response_token_logprobs(toy_logits(), torch.tensor([[3, 3, 3]]), mask)
     # token 3 has logit 0 at positions 1-3: log(1 / (e^3 + 3)) = -3.13920
-    assert close(other, [[-3.13920, -3.13920, -3.13920]])
+    assert close(other, [[-3.13920, -3.13920, -3.13920]]), (
+        f"responses [[3, 3, 3]]: {other.tolist()}, expected -3.13920 each (logit 0 against e^3 + 3): each token's "
+        "log-probability is the log-softmax at position P + t - 1, read at that token's id")
 
 
 @pytest.mark.todo("response_token_logprobs")
@@ -376,9 +383,13 @@ def test_padding_after_the_response_answers_zero(chapter):
     responses = torch.tensor([[0, 1, 2], [0, 3, 3]])
     mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
     got = chapter.response_token_logprobs(logits, responses, mask)
-    assert got.shape == (2, 3) and got.dtype == torch.float32
+    assert got.shape == (2, 3) and got.dtype == torch.float32, (
+        f"shape {tuple(got.shape)}, dtype {getattr(got, 'dtype', None)}: expected (2, 3) float32: one log-probability "
+        "per response token, the responses' [B, T], in float32")
     assert close(got, [[-0.13920, -0.13920, -0.13920], [-0.13920, 0.0, 0.0]]), "masked positions answer exactly 0"
-    assert (got[1, 1:] == 0).all()
+    assert (got[1, 1:] == 0).all(), (
+        f"row 1's padding (mask 0) answers {got[1, 1:].tolist()}: positions where mask is 0 answer exactly 0, "
+        "not just close to it")
 
 
 @pytest.mark.todo("response_token_logprobs")
@@ -446,8 +457,9 @@ def test_bfloat16_logits_over_a_real_vocabulary_are_read_in_float32(chapter):
     logits = (3 * torch.randn(1, 4, 151_936, generator=torch.Generator().manual_seed(0))).to(torch.bfloat16)
     responses, mask = torch.tensor([[5, 77, 151_000]]), torch.ones(1, 3)
     got = chapter.response_token_logprobs(logits, responses, mask)
-    expected = tensor(SNAPSHOTS["bfloat16"]["expected"])  # read in float32 (tests/data/make_snapshots.py)
-    assert got.dtype == torch.float32
+    expected = tensor(SNAPSHOTS["bfloat16"]["expected"])  # read in float32 by the reference
+    assert got.dtype == torch.float32, (
+        f"bfloat16 logits gave {got.dtype} log-probabilities: the answer is float32, whatever the logits' dtype")
     assert torch.allclose(got, expected, atol=1e-4), (
         f"off by up to {float((got - expected).abs().max()):.4f} nats: compute the log-softmax in float32")
 
@@ -464,7 +476,9 @@ def test_log_probabilities_of_a_real_model_match_feeding_it_token_by_token(chapt
         for row in range(2):
             for t in range(4):
                 if mask[row, t] == 0:
-                    assert fast[row, t] == 0
+                    assert fast[row, t] == 0, (
+                        f"row {row}, response token {t} is padding (mask 0), but answers {fast[row, t].item()!r}: "
+                        "positions where mask is 0 answer exactly 0")
                     continue
                 prefix = torch.cat([prompt_ids, responses[row, :t]])[None]
                 expected = torch.log_softmax(model(prefix).logits[0, -1].float(), dim=-1)[responses[row, t]]
@@ -495,12 +509,15 @@ def test_the_response_mask_keeps_the_policys_choices_up_to_the_first_eos(policy)
         [1, 1, 1, 0, 0],  # the EOS is a choice, and is trained; what follows is padding
         [1, 1, 1, 0, 0],  # a pad token the policy chose before its EOS counts
         [1, 1, 1, 1, 1],  # no EOS: every token was chosen
-    ]
+    ], (f"response_mask gave {policy.response_mask(responses, eos).tolist()}: the given code keeps every token up to "
+        "and including the first EOS (a pad chosen before it too), and all of them when there is no EOS")
 
 
 def test_left_padding_aligns_every_prompt_to_the_right(plumbing):
     ids, attention = plumbing.pad_left([torch.tensor([7, 8, 9]), torch.tensor([5])], pad_id=0)
-    assert ids.tolist() == [[7, 8, 9], [0, 0, 5]] and attention.tolist() == [[1, 1, 1], [0, 0, 1]]
+    assert ids.tolist() == [[7, 8, 9], [0, 0, 5]] and attention.tolist() == [[1, 1, 1], [0, 0, 1]], (
+        f"pad_left gave ids {ids.tolist()}, attention {attention.tolist()}: the given code pads each shorter row on "
+        "the left, with attention 0 on the padding and 1 on the real tokens")
 
 
 # --- Given code: the main job's pacing (AdmissionCount) -------------------------------------------------
@@ -519,13 +536,17 @@ def test_pacing_starts_a_group_only_if_it_will_be_trained_within_the_lag_bound(p
     on_version_0 = [count.admit(0) for _ in range(5)]
     assert on_version_0 == [0, 1, 2, 3, None], (
         "groups 0-3 are trained at versions 0 and 1 (2 a step): within lag 1 of version 0; group 4 is not")
-    assert [count.admit(1), count.admit(1), count.admit(1)] == [4, 5, None]
+    assert [count.admit(1), count.admit(1), count.admit(1)] == [4, 5, None], (
+        "on version 1, groups 4 and 5 (trained at version 2, lag 1) may start, and the next (version 3, lag 2) "
+        "may not: expected [4, 5, None]")
     assert count.held_back == 2, "each refusal is counted"
 
 
 def test_a_group_that_never_reaches_the_buffer_gives_its_place_back(plumbing):
     count = plumbing.AdmissionCount(max_lag=0, batch_groups=2, clock=FakeClock())
-    assert [count.admit(0), count.admit(0), count.admit(0)] == [0, 1, None]
+    assert [count.admit(0), count.admit(0), count.admit(0)] == [0, 1, None], (
+        "max_lag 0, 2 groups a step: on version 0 only groups 0 and 1 (trained at version 0) may start; expected "
+        "[0, 1, None]")
     count.lose(0)
     assert count.admit(0) == 1, "group 1 moves up to be trained first, so one more fits into version 0's step"
     count.arrived(1)
@@ -536,26 +557,30 @@ def test_a_group_that_never_reaches_the_buffer_gives_its_place_back(plumbing):
 def test_a_number_out_ten_times_longer_than_any_group_took_is_taken_back(plumbing):
     clock = FakeClock()
     count = plumbing.AdmissionCount(max_lag=0, batch_groups=1, clock=clock)
-    assert count.admit(0) == 0
+    assert count.admit(0) == 0, "the first group a generator on version 0 asks for is number 0"
     clock.now = 4.9
     assert count.admit(0) is None, "out 4.9 s: not yet lost (5 s at least)"
     clock.now = 5.0
     assert count.admit(0) == 0, "out 5 s: taken back, and its place given again"
     clock.now = 7.0
     count.arrived(0)  # took 2 s: patience is now 20 s
-    assert count.admit(1) == 1
+    assert count.admit(1) == 1, "a generator on version 1 may start group 1, trained at version 1 (lag 0)"
     clock.now = 26.0
     assert count.admit(1) is None, "out 19 s, when a group once took 2 s: not yet lost"
     clock.now = 27.0
-    assert count.admit(1) == 1
+    assert count.admit(1) == 1, (
+        "out 20 s, ten times the 2 s group 0 took: group 1's number is taken back, and given again (1)")
 
 
 def test_a_new_run_numbers_its_groups_from_the_learners_version(plumbing):
     count = plumbing.AdmissionCount(max_lag=1, batch_groups=2, clock=FakeClock())
-    assert [count.admit(0) for _ in range(4)] == [0, 1, 2, 3]
+    assert [count.admit(0) for _ in range(4)] == [0, 1, 2, 3], (
+        "groups 0-3 are trained at versions 0 and 1, within lag 1 of version 0: all four start, numbered 0 to 3")
     count.restart(3)
     assert count.admit(1) is None, "the learner is at version 3: a group started on version 1 would lag 2"
-    assert [count.admit(2), count.admit(2), count.admit(2)] == [6, 7, None]
+    assert [count.admit(2), count.admit(2), count.admit(2)] == [6, 7, None], (
+        "after restart(3) the groups are numbered from 6 (3 steps of 2): on version 2, groups 6 and 7 (trained at "
+        "version 3) may start, group 8 (version 4, lag 2) may not; expected [6, 7, None]")
 
 
 def test_a_sampled_group_decodes_exactly_its_masked_tokens(chapter, plumbing, policy):
@@ -563,11 +588,20 @@ def test_a_sampled_group_decodes_exactly_its_masked_tokens(chapter, plumbing, po
     prompt = chapter.CountingTask().sample(random.Random(4))
     torch.manual_seed(1)
     group = plumbing.sample_group(model, tokenizer, prompt, group_size=4, max_new_tokens=6)
-    assert group["prompt_ids"].tolist() == plumbing.prompt_ids(tokenizer, prompt)
-    assert group["responses"].shape == group["mask"].shape == (4, group["responses"].shape[1])
+    assert group["prompt_ids"].tolist() == plumbing.prompt_ids(tokenizer, prompt), (
+        f"sample_group's prompt_ids {group['prompt_ids'].tolist()}: the given code answers the prompt as prompt_ids "
+        f"makes it, {plumbing.prompt_ids(tokenizer, prompt)}")
+    assert group["responses"].shape == group["mask"].shape == (4, group["responses"].shape[1]), (
+        f"responses {tuple(group['responses'].shape)}, mask {tuple(group['mask'].shape)}: sample_group (given code) "
+        "answers one row per response (4), and a mask of the responses' shape")
     for row, mask, text in zip(group["responses"], group["mask"], group["texts"]):
-        assert text == tokenizer.decode(row[mask.bool()], skip_special_tokens=True)
-        assert torch.equal(mask, policy.response_mask(row[None], tokenizer.eos_token_id)[0])
+        assert text == tokenizer.decode(row[mask.bool()], skip_special_tokens=True), (
+            f"text {text!r}, but the masked tokens decode to "
+            f"{tokenizer.decode(row[mask.bool()], skip_special_tokens=True)!r}: sample_group's (given code) texts are "
+            "exactly each response's masked tokens, decoded")
+        assert torch.equal(mask, policy.response_mask(row[None], tokenizer.eos_token_id)[0]), (
+            f"mask {mask.tolist()} for response {row.tolist()}: sample_group's (given code) mask is response_mask's, "
+            "every token up to and including the first EOS")
 
 
 # --- Loading through from_pretrained, and one step on it ----------------------------------------
@@ -588,7 +622,9 @@ def test_from_pretrained_loads_the_same_policy_and_a_grpo_step_trains_it(chapter
     built, _ = chapter.load_policy(None, seed=0)
     model, tokenizer = chapter.load_policy(saved_tiny_model)
     fingerprint = plumbing.state_fingerprint
-    assert fingerprint(model.state_dict()) == fingerprint(built.state_dict())
+    assert fingerprint(model.state_dict()) == fingerprint(built.state_dict()), (
+        "the model loaded from the saved checkpoint has other weights than load_policy(None, seed=0) builds: "
+        "load_policy (given code) builds the same weights for the same seed, and loads a checkpoint as it was saved")
     assert tokenizer.apply_chat_template([{"role": "user", "content": "Count to 3:"}], tokenize=False,
                                          add_generation_prompt=True) == "Count to 3:\n", "the chat template came along"
     task = chapter.CountingTask()
@@ -645,13 +681,53 @@ def test_a_checkpoints_generation_config_does_not_change_what_is_sampled(chapter
     with torch.no_grad():  # the model's own log-probabilities, which the generator stores (response_logprobs)
         logits = model(torch.cat([prompts, responses], dim=1)).logits[:, prompts.shape[1] - 1:-1].float()
     own = torch.log_softmax(logits, dim=-1).gather(-1, responses[..., None]).squeeze(-1)
-    assert len(sampled_from) >= responses.shape[1]
+    assert len(sampled_from) >= responses.shape[1], (
+        f"`generate` drew {len(sampled_from)} times through torch.multinomial for {responses.shape[1]} response "
+        "tokens: sample_group (given code) samples every token, one draw per step at least")
     for t in range(responses.shape[1]):
         drawn = torch.log(sampled_from[t].gather(1, responses[:, t:t + 1]).squeeze(1))
         live = mask[:, t].bool()
         assert close(drawn[live], own[live, t]), (
             f"response token {t}: drawn with log-probabilities {drawn[live].tolist()}, but the model gives "
             f"{own[live, t].tolist()}: `generate` applied the checkpoint's generation_config")
+
+
+# --- Given code: the rollout loop's prompts ------------------------------------------------------------------
+
+
+class PromptRecorder:
+    """Stands in for the generator service: records each prompt it is asked for, answers a one-response group."""
+
+    def __init__(self, chapter, stop_after: int, stop):
+        self.chapter, self.stop_after, self.stop, self.prompts = chapter, stop_after, stop, []
+
+    async def route(self, endpoint, prompt, rollout_id, paced=False):
+        self.prompts.append(prompt.text)
+        if len(self.prompts) >= self.stop_after:
+            self.stop.set()
+        ids = torch.tensor([[1, 2]])
+        return self.chapter.Rollout(rollout_id, 0, prompt, torch.tensor([5]), ids, torch.ones(1, 2),
+                                    torch.zeros(1, 2), ["12"])
+
+
+def prompts_of(chapter, worker, seed=0, count=12):
+    from koans.testing import StandIn
+
+    stop = asyncio.Event()
+    service = PromptRecorder(chapter, count, stop)
+    made = asyncio.run(chapter.continuous_rollouts(service, StandIn(put=lambda r: True), chapter.CountingTask(), stop,
+                                                   worker, seed))
+    assert made == count, f"the loop made {made} rollouts for {count} prompts: each one is put in the buffer, counted"
+    return service.prompts
+
+
+def test_each_rollout_loop_samples_its_own_varied_prompts(chapter):
+    first, again, other = prompts_of(chapter, worker=0), prompts_of(chapter, worker=0), prompts_of(chapter, worker=1)
+    assert len(set(first)) > 1, f"worker 0 asked for {first}: one loop's prompts vary from one rollout to the next"
+    assert first == again, "a loop's prompts are reproducible: the same seed and worker give the same sequence"
+    assert first != other, (f"workers 0 and 1 both asked for {first}: each loop draws from its own random stream "
+                            "(seeded by the run's seed and its worker number), or two generators do the same work")
+    assert prompts_of(chapter, worker=0, seed=1) != first, "another run's seed gives other prompts"
 
 
 # --- The whole trainer, on real actors ----------------------------------------------------------
@@ -691,10 +767,18 @@ def test_the_rollout_loop_generates_scores_and_fills_the_buffer(chapter, plumbin
         return made, await asyncio.wait_for(buffer.sample.call_one(made, 0), TIMEOUT)
 
     made, batch = module_aio.run(run_until_three())
-    assert made >= 3 and batch is not None and [r.id for r in batch] == [f"w3-{n}" for n in range(1, made + 1)]
+    assert made >= 3 and batch is not None and [r.id for r in batch] == [f"w3-{n}" for n in range(1, made + 1)], (
+        f"the rollout loop made {made} groups and the buffer handed back "
+        f"{None if batch is None else [r.id for r in batch]}: expected at least 3, all handed back oldest first, "
+        "w3-1, w3-2, ...: continuous_rollouts (given code) puts every group it makes into the buffer (chapter 09)")
     for rollout in batch:
-        assert close(rollout.rewards, [job.task.reward(rollout.prompt, text) for text in rollout.texts])
-        assert rollout.logps.shape == rollout.mask.shape and (rollout.logps[rollout.mask == 0] == 0).all()
+        assert close(rollout.rewards, [job.task.reward(rollout.prompt, text) for text in rollout.texts]), (
+            f"{rollout.id}: rewards {rollout.rewards!r}, expected the task's reward of each text: "
+            f"{[job.task.reward(rollout.prompt, text) for text in rollout.texts]} (score, given code, sets them)")
+        assert rollout.logps.shape == rollout.mask.shape and (rollout.logps[rollout.mask == 0] == 0).all(), (
+            f"{rollout.id}: log-probabilities of shape {tuple(rollout.logps.shape)} for a mask of shape "
+            f"{tuple(rollout.mask.shape)}: either the shapes differ or a padded position (mask 0) is not 0: "
+            "response_token_logprobs answers one value per response token, exactly 0 where mask is 0")
         assert (rollout.logps[rollout.mask == 1] < 0).all(), "a sampled token's log-probability is below 0"
 
 
@@ -714,7 +798,9 @@ def short_run(plumbing, job, module_aio):
 
 @pytest.mark.todo("group_advantages", "grpo_loss", "response_token_logprobs")
 def test_a_short_run_finishes_every_step_within_the_lag_bound(short_run):
-    assert [r["version"] for r in short_run["results"]] == [1, 2, 3, 4, 5, 6]
+    assert [r["version"] for r in short_run["results"]] == [1, 2, 3, 4, 5, 6], (
+        f"the steps answered versions {[r['version'] for r in short_run['results']]}, expected [1, 2, 3, 4, 5, 6]: "
+        "6 steps, each one train call that publishes the next version (chapter 09's continuous_training)")
     assert all(len(r["ids"]) == 2 for r in short_run["results"]), "each step trains on groups_per_step groups"
     lags = [lag for r in short_run["results"] for lag in r["lags"]]
     assert lags and max(lags) <= 1, f"max_lag=1, but lags {lags}"
@@ -722,13 +808,19 @@ def test_a_short_run_finishes_every_step_within_the_lag_bound(short_run):
     assert max(trained_versions) >= 1, "later steps train on groups generated with weights the trainer published"
     ids = [i for r in short_run["results"] for i in r["ids"]]
     assert len(ids) == len(set(ids)), "no group is trained on twice"
-    assert all(math.isfinite(r["loss"]) and 0.0 <= r["clip_fraction"] <= 1.0 for r in short_run["results"])
+    assert all(math.isfinite(r["loss"]) and 0.0 <= r["clip_fraction"] <= 1.0 for r in short_run["results"]), (
+        f"(loss, clip_fraction) per step: {[(r['loss'], r['clip_fraction']) for r in short_run['results']]}: every "
+        "loss must be finite (a NaN or inf comes from group_advantages, grpo_loss or response_token_logprobs) and "
+        "every clip_fraction, a masked mean of clipped-or-not, within [0, 1]")
 
 
 @pytest.mark.todo("group_advantages", "grpo_loss", "response_token_logprobs")
 def test_generators_hold_the_trainers_weights_after_the_final_sync(short_run):
     final = short_run["final"]
-    assert sorted(final["generator_versions"].values()) == [6, 6]
+    assert sorted(final["generator_versions"].values()) == [6, 6], (
+        f"after the final sync the trainer is at version {final['version']!r} and the generators hold "
+        f"{sorted(final['generator_versions'].values())}: expected 6 everywhere (6 steps), each generator loading "
+        "the trainer's last version")
     assert final["trainer"] not in short_run["before"].values(), (
         "training left the weights where the generators started: equal weights at the end would prove no load")
     assert list(final["generators"].values()) == [final["trainer"]] * 2, "bit-equal weights everywhere"
@@ -751,9 +843,13 @@ def test_a_qwen2_5_0_5b_shaped_policy_trains_on_one_gpu(chapter, plumbing, aio):
 
     try:
         run, final, spans, before = aio.run(scenario())
-        assert [r["version"] for r in run["results"]] == [1, 2, 3]
+        assert [r["version"] for r in run["results"]] == [1, 2, 3], (
+            f"the steps answered versions {[r['version'] for r in run['results']]}, expected [1, 2, 3]: 3 steps, "
+            "each one train call that publishes the next version")
         assert final["trainer"] not in before.values(), "training moved the weights, so equality below proves a load"
-        assert list(final["generators"].values()) == [final["trainer"]] * 2
+        assert list(final["generators"].values()) == [final["trainer"]] * 2, (
+            f"the generators' weight fingerprints {list(final['generators'].values())} differ from the trainer's "
+            f"{final['trainer']!r}: after the final sync every generator holds the trainer's weights, bit for bit")
         transports = {s.info.get("transport") for s in spans if s.kind == "sync" and s.info.get("loaded")}
         assert transports == {"cuda_ipc"}, f"one GPU shared: the generators should load by CUDA IPC, not {transports}"
     finally:

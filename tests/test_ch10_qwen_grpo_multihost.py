@@ -51,7 +51,9 @@ def test_one_host_is_named_as_before_and_a_job_host_adds_its_own_name(sibling, m
     monkeypatch.delenv(transports.HOST_ENV, raising=False)
     assert transports.host_identity() == socket.gethostname(), "on one host nothing changes"
     monkeypatch.setenv(transports.HOST_ENV, "generators_1")
-    assert transports.host_identity() == f"{socket.gethostname()}/generators_1"
+    assert transports.host_identity() == f"{socket.gethostname()}/generators_1", (
+        f"with ${transports.HOST_ENV}=generators_1, host_identity() gave {transports.host_identity()!r}: a process "
+        "placed on a job's host is named machine/job host (given code, ch07_transports)")
 
 
 def test_a_reader_on_another_simulated_host_never_tries_shared_memory(sibling, monkeypatch, tmp_path):
@@ -106,8 +108,12 @@ def test_replicas_go_round_robin_over_hosts_and_a_lost_hosts_replica_to_the_leas
             (0, "generators_0", "0"), (1, "generators_1", "0"), (0, "generators_0", "1")], "one GPU each, per host"
         service.lost["generators_0"] = "gone"
         service._new_procs(2)  # replica 2's replacement: host 1 has one replica, so it goes there, on the free GPU
-        assert hosts.started[-1] == (1, {"KOANS_HOST": "generators_1", "CUDA_VISIBLE_DEVICES": "1"})
-        assert service.moves == [(2, "generators_0", "generators_1")] and service.where(2) == "generators_1"
+        assert hosts.started[-1] == (1, {"KOANS_HOST": "generators_1", "CUDA_VISIBLE_DEVICES": "1"}), (
+            f"replica 2's replacement started as {hosts.started[-1]!r}: with generators_0 lost, HostService (given "
+            "code) puts it on the live host with the fewest replicas (1, generators_1), on its free GPU (1)")
+        assert service.moves == [(2, "generators_0", "generators_1")] and service.where(2) == "generators_1", (
+            f"moves {service.moves!r}, replica 2 now on {service.where(2)!r}: HostService (given code) records replica "
+            "2's move from the lost generators_0 to generators_1, and places it there")
         service.lost["generators_1"] = "gone too"
         with pytest.raises(RuntimeError, match="every host of the service is lost"):
             service._new_procs(0)
@@ -190,10 +196,17 @@ def test_a_few_steps_across_hosts_leave_every_generator_bit_equal_and_pulling_by
         return run, final, await multihost.host_report(job, await job.spans())
 
     run, final, report = module_aio.run(scenario())
-    assert [r["version"] for r in run["results"]] == list(range(1, STEPS + 1))
-    assert sorted(final["generator_versions"].values()) == [STEPS, STEPS]
+    assert [r["version"] for r in run["results"]] == list(range(1, STEPS + 1)), (
+        f"the steps answered versions {[r['version'] for r in run['results']]}, expected "
+        f"{list(range(1, STEPS + 1))}: {STEPS} steps, each one train call that publishes the next version")
+    assert sorted(final["generator_versions"].values()) == [STEPS, STEPS], (
+        f"after the final sync the trainer is at version {final['version']!r} and the generators hold "
+        f"{sorted(final['generator_versions'].values())}: expected {STEPS} everywhere, each generator loading the "
+        "trainer's last version")
     assert list(final["generators"].values()) == [final["trainer"]] * 2, "bit-equal weights on every host"
-    assert [(r["index"], r["host"]) for r in report["replicas"]] == [(0, "generators_0"), (1, "generators_1")]
+    assert [(r["index"], r["host"]) for r in report["replicas"]] == [(0, "generators_0"), (1, "generators_1")], (
+        f"replicas on {[(r['index'], r['host']) for r in report['replicas']]}: HostService (given code) starts "
+        "replica i on host i % hosts, so replica 0 on generators_0 and replica 1 on generators_1")
     assert [r["picked"] for r in report["replicas"]] == [["rdma"], ["rdma"]], (
         f"a generator on another host than the trainer's pulls by RDMA (here its TCP fallback): {report['replicas']}")
 
@@ -244,7 +257,8 @@ def test_training_reaches_its_last_step_when_a_generator_host_dies(running, plum
     first, run, report, final = module_aio.run(scenario())
     assert [r["version"] for r in run["results"]] == list(range(first + 1, first + STEPS + 1)), "training went on"
     [kill] = report["kills"]
-    assert kill["host"] == "generators_0" and kill["replica"] == 0
+    assert kill["host"] == "generators_0" and kill["replica"] == 0, (
+        f"the kill: {kill}: killing_host_at (given code) kills the host of generator replica 0, generators_0")
     # Monarch 0.7.0 words it one of two ways, by which of its queries gives up first (both seen on 2 busy cores)
     silent = ("no status received from process", "timeout waiting for message from proc mesh agent")
     assert kill["reported"].startswith("SupervisionError") and any(s in kill["reported"] for s in silent), (
@@ -253,8 +267,12 @@ def test_training_reaches_its_last_step_when_a_generator_host_dies(running, plum
     assert "did not start" in service.lost.get("generators_0", ""), f"the host was found lost: {service.lost}"
     assert service.where(0) == "generators_1" and service.replicas[0].generation == 2, (
         f"replica 0 came back on the live host: {service.snapshot()}, {service.moves}")
-    assert service.snapshot()["replica_failures"] >= 1
-    assert sorted(final["generator_versions"].values()) == [final["version"]] * 2
+    assert service.snapshot()["replica_failures"] >= 1, (
+        f"the service counted {service.snapshot()['replica_failures']!r} replica failures after a generator's host "
+        "died: the dead replica is taken out of rotation and counted (chapter 06's mark_unhealthy)")
+    assert sorted(final["generator_versions"].values()) == [final["version"]] * 2, (
+        f"after the final sync the trainer is at version {final['version']!r} and the generators hold "
+        f"{sorted(final['generator_versions'].values())}: every generator, the moved one too, loads the last version")
     assert list(final["generators"].values()) == [final["trainer"]] * 2, "the moved replica caught up too"
 
 
@@ -373,8 +391,12 @@ def test_a_scheduler_this_machine_cannot_launch_on_is_named_with_what_to_do(mult
     message = multihost.missing_scheduler("slurm")
     assert message and "sbatch" in message and "login node" in message, message
     monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")
-    assert multihost.missing_scheduler("slurm") is None
-    assert multihost.missing_scheduler("process") is None
+    assert multihost.missing_scheduler("slurm") is None, (
+        f"with sbatch on the PATH, missing_scheduler('slurm') gave {multihost.missing_scheduler('slurm')!r}: nothing "
+        "is missing, so the given code answers None")
+    assert multihost.missing_scheduler("process") is None, (
+        f"missing_scheduler('process') gave {multihost.missing_scheduler('process')!r}: simulated hosts need "
+        "nothing, so the given code answers None")
 
 
 def test_the_flags_build_slurm_and_kubernetes_jobs_that_the_installed_monarch_takes(multihost, monkeypatch):
@@ -398,10 +420,18 @@ def test_the_flags_build_slurm_and_kubernetes_jobs_that_the_installed_monarch_ta
     for name, args, kwargs in calls:
         check_call(signatures, name, args, kwargs, "ch10_multihost.monarch_job")
     slurm = calls[0]
-    assert slurm[1] == ({"trainers": 1, "generators": 2},) and slurm[2]["partition"] == "gpu"
-    assert slurm[2]["gpus_per_node"] == 8 and slurm[2]["time_limit"] == "01:00:00" and slurm[2]["account"] == "rl"
-    assert [(args[0], args[1]) for name, args, _ in calls if name == "add_mesh"] == [("trainers", 1), ("generators", 2)]
-    assert calls[3][2] == {"resources": {"nvidia.com/gpu": 8}, "shared_memory_size": "16Gi"}
+    assert slurm[1] == ({"trainers": 1, "generators": 2},) and slurm[2]["partition"] == "gpu", (
+        f"SlurmJob{slurm[1]!r} with {slurm[2]!r}: monarch_job (given code) passes the meshes (1 trainer host and 2 "
+        "generator hosts for --hosts 3) and --slurm-partition as partition")
+    assert slurm[2]["gpus_per_node"] == 8 and slurm[2]["time_limit"] == "01:00:00" and slurm[2]["account"] == "rl", (
+        f"SlurmJob's keyword arguments {slurm[2]!r}: --gpus-per-host 8, --slurm-time 01:00:00 and --slurm-account rl "
+        "become gpus_per_node, time_limit and account")
+    assert [(args[0], args[1]) for name, args, _ in calls if name == "add_mesh"] == [("trainers", 1), ("generators", 2)], (
+        f"add_mesh calls {[args for name, args, _ in calls if name == 'add_mesh']!r}: monarch_job (given code) adds "
+        "one mesh per role, trainers on 1 host and generators on 2 (--hosts 3)")
+    assert calls[3][2] == {"resources": {"nvidia.com/gpu": 8}, "shared_memory_size": "16Gi"}, (
+        f"the first ImageSpec got {calls[3][2]!r}: --gpus-per-host 8 becomes resources {{'nvidia.com/gpu': 8}} and "
+        "--k8s-shm 16Gi shared_memory_size")
 
 
 def test_the_calls_the_multihost_doc_shows_fit_the_installed_monarch():
@@ -411,7 +441,7 @@ def test_the_calls_the_multihost_doc_shows_fit_the_installed_monarch():
     blocks = re.findall(r"^```python\n(.*?)^```", doc.read_text(), flags=re.S | re.M)
     for block in blocks:
         if block.lstrip().startswith(">>>"):
-            continue  # a doctest: tests/test_docs.py runs it
+            continue  # a doctest: the course's own doc tests run it
         for node in ast.walk(ast.parse(block)):
             if not isinstance(node, ast.Call):
                 continue

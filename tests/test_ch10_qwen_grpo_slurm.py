@@ -113,13 +113,20 @@ def assert_nothing_left(seen: dict) -> None:
 def test_a_few_steps_on_three_slurm_nodes_leave_every_generator_bit_equal_and_pulling_by_rdma(cluster, chapter,
                                                                                               tmp_path):
     seen = drive_run(chapter, tmp_path, "--steps", str(STEPS))
-    assert seen["versions"] == list(range(1, STEPS + 1))
+    assert seen["versions"] == list(range(1, STEPS + 1)), (
+        f"the steps answered versions {seen['versions']}, expected {list(range(1, STEPS + 1))}: {STEPS} steps, each "
+        "one train call that publishes the next version")
     assert seen["nodes"] == ["n1", "n2", "n3"], f"SlurmJob got the job's three nodes: {seen['nodes']}"
     final = seen["final"]
-    assert sorted(final["generator_versions"].values()) == [STEPS, STEPS]
+    assert sorted(final["generator_versions"].values()) == [STEPS, STEPS], (
+        f"after the final sync the trainer is at version {final.get('version')!r} and the generators hold "
+        f"{sorted(final['generator_versions'].values())}: expected {STEPS} everywhere, each generator loading the "
+        "trainer's last version")
     assert list(final["generators"].values()) == [final["trainer"]] * 2, "bit-equal weights on every node"
     replicas = seen["report"]["replicas"]
-    assert [(r["index"], r["host"]) for r in replicas] == [(0, "generators_0"), (1, "generators_1")]
+    assert [(r["index"], r["host"]) for r in replicas] == [(0, "generators_0"), (1, "generators_1")], (
+        f"replicas on {[(r['index'], r['host']) for r in replicas]}: HostService (given code) starts replica i on "
+        "host i % hosts, so replica 0 on generators_0 and replica 1 on generators_1")
     assert [r["picked"] for r in replicas] == [["rdma"], ["rdma"]], (
         f"a generator on another node than the trainer's pulls by RDMA (here its TCP fallback): {replicas}")
     assert seen["generator_nodes"] == {"0": "n2", "1": "n3"}, (
@@ -159,7 +166,9 @@ def test_training_reaches_its_last_step_when_a_generator_node_dies(cluster, chap
         f"with n2 down, the job must run on (sbatch --no-kill, SLURM_NO_KILL for srun); it is "
         f"{seen['job_state_after_node_down']!r}")
     final = seen["final"]
-    assert sorted(final["generator_versions"].values()) == [final["version"]] * 2
+    assert sorted(final["generator_versions"].values()) == [final["version"]] * 2, (
+        f"after the final sync the trainer is at version {final['version']!r} and the generators hold "
+        f"{sorted(final['generator_versions'].values())}: every generator, the moved one too, loads the last version")
     assert list(final["generators"].values()) == [final["trainer"]] * 2, "the moved generator caught up too"
     assert_nothing_left(seen)
     assert revived.returncode == 0 and "3 nodes idle" in revived.stderr, (

@@ -16,6 +16,12 @@ def grpo(request):
     return importlib.import_module(f"{request.config.koans_impl}.ch10_qwen_grpo")
 
 
+@pytest.fixture(scope="module")
+def plumbing(request):
+    """Chapter 10's given plumbing: the trainer's clip and optimizer step."""
+    return importlib.import_module(f"{request.config.koans_impl}.ch10_plumbing")
+
+
 def needs_todos(call, *args, **kwargs):
     """call(*args, **kwargs), or skip while a TODO it builds on still raises NotImplementedError."""
     try:
@@ -85,11 +91,12 @@ def test_the_length_bias_worked_number(grpo):
     assert close(tok * mask, mask / 12), "token-mean: every token of the batch weighs 1 / N = 1/12"
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed, clip", [(0, 0.2), (1, 0.2), (2, 0.2), (0, 0.35), (1, 0.1)])
 @pytest.mark.parametrize("advantage_std", [True, False])
-def test_token_mean_equals_a_direct_token_mean_kl_included(grpo, seed, advantage_std):
+def test_token_mean_equals_a_direct_token_mean_kl_included(grpo, seed, clip, advantage_std):
+    """The run's clip too, not only the default 0.2 (RunConfig.clip)."""
     logps, old, ref, mask, rewards = batch(seed)
-    clip, kl_coef = 0.2, 0.3
+    kl_coef = 0.3
     cfg = config(grpo, loss_mean="token", advantage_std=advantage_std, clip=clip, kl_coef=kl_coef)
 
     mine = logps.clone().requires_grad_(True)
@@ -139,18 +146,36 @@ def test_an_unknown_loss_mean_is_refused(grpo):
         grpo.policy_loss(logps, old, rewards, mask, config(grpo, loss_mean="median"))
 
 
-def test_clip_gradients_scales_the_total_norm_down_to_the_limit_and_answers_the_norm_before(grpo):
+def test_clip_gradients_scales_the_total_norm_down_to_the_limit_and_answers_the_norm_before(plumbing):
     layer = torch.nn.Linear(2, 2)
     for limit, expected_after in ((None, 5.0), (10.0, 5.0), (1.0, 1.0), (0.5, 0.5)):
         layer.weight.grad = torch.tensor([[3.0, 0.0], [0.0, 0.0]])
         layer.bias.grad = torch.tensor([0.0, 4.0])  # total norm sqrt(9 + 16) = 5
-        before = grpo.clip_gradients(layer, limit)
+        before = plumbing.clip_gradients(layer, limit)
         after = torch.cat([layer.weight.grad.flatten(), layer.bias.grad]).norm()
         assert before == pytest.approx(5.0) and float(after) == pytest.approx(expected_after, rel=1e-4), (
             f"max_grad_norm={limit}: norm {before} before, {float(after)} after; expected 5.0 and {expected_after}")
         assert layer.bias.grad[1] / layer.weight.grad[0, 0] == pytest.approx(4 / 3), "clipping keeps the direction"
     with pytest.raises(ValueError, match="max_grad_norm must be above 0"):
-        grpo.clip_gradients(layer, -1.0)  # a negative limit would flip every gradient
+        plumbing.clip_gradients(layer, -1.0)  # a negative limit would flip every gradient
+    with pytest.raises(ValueError, match="max_grad_norm must be above 0"):
+        plumbing.clip_gradients(layer, 0.0)  # a limit of 0 would zero every gradient: no clip is None, not 0
+
+
+def test_the_optimizer_steps_on_the_clipped_gradient(plumbing):
+    """optimizer_step: backward, clip, then step. With plain SGD at lr 1 the weights move by exactly the
+    gradient the step saw: the clipped one (norm 1), not the raw one (norm 5)."""
+    layer = torch.nn.Linear(2, 1, bias=False)
+    with torch.no_grad():
+        layer.weight.zero_()
+    optimizer = torch.optim.SGD(layer.parameters(), lr=1.0)
+    loss = (layer(torch.tensor([[3.0, 4.0]])) * -1.0).sum()  # gradient [-3, -4]: norm 5
+    norm = plumbing.optimizer_step(layer, optimizer, loss, max_grad_norm=1.0)
+    moved = float(layer.weight.detach().norm())
+    assert abs(norm - 5.0) < 1e-5, f"optimizer_step answers the norm before the clip: 5.0, got {norm}"
+    assert abs(moved - 1.0) < 1e-4, (
+        f"the weights moved by a step of norm {moved:.4f}, expected 1.0: the optimizer must step on the clipped "
+        "gradient (clip between backward and step), not on the raw one (norm 5)")
 
 
 def test_the_main_job_clips_by_default_and_chapter_10s_first_recipe_does_not(grpo):

@@ -24,7 +24,7 @@ MASK = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
 E = math.e
 
 #: Random inputs (fixed seeds) with non-default parameters, and the reference answers to them, stored by
-#: tests/data/make_snapshots.py (maintainers: `python -m tests.data.make_snapshots`).
+#: the course's maintainers (`python -m tests.data.make_snapshots`, in the course's repository).
 SNAPSHOTS = json.loads((Path(__file__).parent / "data" / "ch11_snapshots.json").read_text())
 
 
@@ -128,7 +128,9 @@ def assert_unlikely_tokens_weigh_by_their_log_probabilities(chapter, function):
 
 @pytest.mark.todo("truncated_importance_weights")
 def test_unlikely_tokens_weigh_by_their_log_probabilities(chapter):
-    assert float(torch.exp(UNLIKELY_PROXIMAL[0, 0])) == 0.0  # the premise: it underflows
+    assert float(torch.exp(UNLIKELY_PROXIMAL[0, 0])) == 0.0, (  # the premise: it underflows
+        f"the test's premise failed: exp(-200) in float32 is {float(torch.exp(UNLIKELY_PROXIMAL[0, 0]))!r}, not 0 "
+        "(it should underflow); this is about torch here, not about your code")
     assert_unlikely_tokens_weigh_by_their_log_probabilities(chapter, "truncated_importance_weights")
 
 
@@ -146,15 +148,22 @@ def test_importance_weights_on_random_batches(chapter):
 
 
 def test_equal_weights_give_one_and_a_dominant_weight_about_one_over_n(chapter):
-    assert chapter.effective_sample_size(torch.full((2, 3), 0.7), torch.ones(2, 3)) == pytest.approx(1.0)
+    assert chapter.effective_sample_size(torch.full((2, 3), 0.7), torch.ones(2, 3)) == pytest.approx(1.0), (
+        "six equal weights (0.7) gave an ESS of "
+        f"{chapter.effective_sample_size(torch.full((2, 3), 0.7), torch.ones(2, 3))!r}, not 1.0: the given "
+        "effective_sample_size promises 1.0 for equal weights (given code: restore it as it was)")
     dominant = torch.tensor([[1000.0, 1, 1, 1, 1, 1, 1, 1]])
-    assert chapter.effective_sample_size(dominant, torch.ones(1, 8)) == pytest.approx(1007 ** 2 / (1000 ** 2 + 7) / 8)
+    assert chapter.effective_sample_size(dominant, torch.ones(1, 8)) == pytest.approx(1007 ** 2 / (1000 ** 2 + 7) / 8), (
+        "one weight of 1000 among seven 1s gave an ESS of "
+        f"{chapter.effective_sample_size(dominant, torch.ones(1, 8))!r}, not 0.1268 (about 1/8): the given effective_sample_size is (sum w)^2 / sum w^2 / count (given code)")
 
 
 def test_padding_does_not_count(chapter):
     weights = torch.tensor([[1.0, E ** 0.5, E ** -1], [1.0, 2.0, 99.0]])  # 99 sits on padding
     # kept: 1, 1.6487, 0.3679, 1, 2: (6.0166)^2 / 8.8536 / 5 = 0.81773
-    assert chapter.effective_sample_size(weights, MASK) == pytest.approx(0.817733, abs=1e-4)
+    assert chapter.effective_sample_size(weights, MASK) == pytest.approx(0.817733, abs=1e-4), (
+        f"ESS {chapter.effective_sample_size(weights, MASK)!r}, not 0.81773: the given effective_sample_size counts "
+        "only the tokens with mask 1, so the 99 on padding is left out (given code)")
     assert chapter.effective_sample_size(torch.ones(1, 2), torch.zeros(1, 2)) == 1.0, "no tokens: nothing to weigh"
     assert chapter.effective_sample_size(torch.zeros(1, 2), torch.ones(1, 2)) == 1.0, "only zero weights: 1.0, not 0/0"
 
@@ -204,8 +213,12 @@ def test_decoupled_loss_by_hand(chapter):
         "the band is on r alone, w multiplies outside the min. Row means 1.1187 and -1.4048; the loss is minus "
         "their mean")
     # r outside [0.8, 1.2]: row 0's 1.35 and 0.74 (2 of 3), none of row 1's two real tokens: (2/3 + 0) / 2
-    assert stats["clip_fraction"] == pytest.approx(1 / 3)
-    assert stats["ess"] == pytest.approx(0.817733, abs=1e-4)
+    assert stats["clip_fraction"] == pytest.approx(1 / 3), (
+        f"clip_fraction {stats['clip_fraction']!r}, not 1/3: the masked mean (per response, then over responses) of "
+        "r outside [1 - clip, 1 + clip] = [0.8, 1.2]: row 0's 1.35 and 0.74 (2 of 3), none of row 1's")
+    assert stats["ess"] == pytest.approx(0.817733, abs=1e-4), (
+        f"ess {stats['ess']!r}, not 0.81773: the effective_sample_size of w over the real tokens, w here the "
+        "truncated weights with cap 2 (1, 1.6487, 0.3679 and 1, 2)")
     assert stats["mean_weight"] == pytest.approx(((1 + E ** 0.5 + E ** -1) / 3 + 1.5) / 2, abs=1e-4), (
         f"mean_weight {stats['mean_weight']:.4f}, not 1.2528: the masked mean of w (real tokens only, per response, "
         "then over responses)")
@@ -216,8 +229,11 @@ def test_without_a_clip_it_is_truncated_importance_sampling(chapter):
     advantages = torch.tensor([1.0, -1.0])
     loss, stats = chapter.decoupled_ppo_loss(current_logps(), PROXIMAL, BEHAVIOUR, advantages, MASK, clip=None, cap=2.0)
     # row 0: 1.1052 + 1.6487*1.3499 + 0.3679*0.7408 = 3.6032, mean 1.2011; row 1: -(1 + 2*0.9048) / 2 = -1.4048
-    assert close(loss, 0.101878)
-    assert stats["clip_fraction"] == 0.0
+    assert close(loss, 0.101878), (
+        f"clip=None: loss {loss!r}, not 0.10188: without a clip the objective per token is w * r * A, r unclipped; "
+        "row means 1.2011 and -1.4048, the loss minus their mean")
+    assert stats["clip_fraction"] == 0.0, (
+        f"clip=None: clip_fraction {stats['clip_fraction']!r}, not 0.0: without a clip no token is clipped")
 
 
 @pytest.mark.todo("decoupled_ppo_loss")
@@ -226,9 +242,16 @@ def test_the_gradient_goes_through_the_ratio_not_the_weights(chapter):
     loss, _ = chapter.decoupled_ppo_loss(logps, PROXIMAL, BEHAVIOUR, torch.tensor([1.0, -1.0]), MASK, clip=0.2, cap=2.0)
     loss.backward()
     # clipped token (row 0, r = 1.35 > 1.2 with A > 0): no gradient; padding: none; the rest: -w * r * A / (3 or 2) / 2
-    assert logps.grad[0, 1] == 0.0 and logps.grad[1, 2] == 0.0
-    assert close(logps.grad[0, 0], -1.0 * E ** 0.1 / 3 / 2)
-    assert close(logps.grad[1, 1], 2.0 * E ** -0.1 / 2 / 2)
+    assert logps.grad[0, 1] == 0.0 and logps.grad[1, 2] == 0.0, (
+        f"the gradient at the clipped token [0, 1] is {float(logps.grad[0, 1])!r} and at padding [1, 2] "
+        f"{float(logps.grad[1, 2])!r}: both must be 0. A clipped token (r = 1.35 above 1.2, with A > 0) sends no "
+        "gradient, nor does padding")
+    assert close(logps.grad[0, 0], -1.0 * E ** 0.1 / 3 / 2), (
+        f"the gradient at token [0, 0] is {float(logps.grad[0, 0])!r}, not -0.1842 = -w * r * A / 3 / 2 (w 1, "
+        "r e^0.1, A +1, 3 real tokens, 2 responses): the gradient flows through r, taken to the proximal policy")
+    assert close(logps.grad[1, 1], 2.0 * E ** -0.1 / 2 / 2), (
+        f"the gradient at token [1, 1] is {float(logps.grad[1, 1])!r}, not 0.4524 = -w * r * A / 2 / 2 (w 2, e^1.5 "
+        "capped at 2; r e^-0.1; A -1): the gradient flows through r alone, w is a constant factor")
 
 
 @pytest.mark.todo("decoupled_ppo_loss")
@@ -327,8 +350,12 @@ def test_a_response_of_padding_only_counts_zero(chapter):
     assert math.isfinite(float(loss)) and close(loss, -0.559361), (
         f"loss {float(loss)}: a response with no real tokens counts 0 in the mean over responses, never 0/0 = NaN: "
         "use masked_mean (its count has a floor of 1)")
-    assert stats["clip_fraction"] == pytest.approx(1 / 3) and stats["mean_weight"] == pytest.approx(0.502767, abs=1e-4)
-    assert stats["ess"] == pytest.approx(0.787129, abs=1e-4)
+    assert stats["clip_fraction"] == pytest.approx(1 / 3) and stats["mean_weight"] == pytest.approx(0.502767, abs=1e-4), (
+        f"clip_fraction {stats['clip_fraction']!r} (expected 1/3), mean_weight {stats['mean_weight']!r} (expected "
+        "0.50277): a response of padding only adds 0 to each masked mean but still counts as one (as in masked_mean)")
+    assert stats["ess"] == pytest.approx(0.787129, abs=1e-4), (
+        f"ess {stats['ess']!r}, not 0.78713: the effective_sample_size of w over the real tokens only (row 0's three; "
+        "the response of padding only has none)")
 
 
 @pytest.mark.todo("decoupled_ppo_loss")
@@ -467,7 +494,9 @@ def test_admission_wastes_nothing_where_chapter_09_drops(chapter, plumbing):
         ch09, admission = w["ch09"], w["admission"]
         assert ch09["generated"] == ch09["trained"] + ch09["dropped"] + ch09["left"], "chapter 09's groups balance"
         assert ch09["dropped"] > 0, "generators twice as fast as the learner: chapter 09 throws groups away"
-        assert admission["dropped"] == 0
+        assert admission["dropped"] == 0, (
+            f"max lag {lag}: admission dropped {admission['dropped']!r} groups, not 0: a refused request generates "
+            "nothing, so admission throws nothing away (the given waste() in ch11_plumbing.py)")
         assert admission["generated"] == admission["trained"] + admission["left"], "everything made is trained or waits"
         assert admission["trained"] == ch09["trained"], "the learner trains as much as before"
         assert admission["generated"] + admission["refused"] == 16 * 50, "every request was admitted or turned down"
@@ -735,15 +764,26 @@ def test_a_short_sweep_writes_its_data(plumbing, tmp_path):
     report = plumbing.sweep(lags=(0, 2), seeds=(0,), steps=2, out=str(out), quiet=True,
                             eval_groups=2)
     data = json.loads(out.read_text())
-    assert data["lags"] == [0, 2] and data["corrections"] == ["none", "clip", "tis", "decoupled"]
-    assert len(data["runs"]) == 2 * 4 and set(data["cells"]) == {f"{lag}/{c}" for lag in (0, 2) for c in data["corrections"]}
+    assert data["lags"] == [0, 2] and data["corrections"] == ["none", "clip", "tis", "decoupled"], (
+        f"the sweep's data has lags {data.get('lags')!r} and corrections {data.get('corrections')!r}, expected [0, 2] "
+        "and none, clip, tis, decoupled: the given sweep writes the lags asked for and every correction")
+    assert len(data["runs"]) == 2 * 4 and set(data["cells"]) == {f"{lag}/{c}" for lag in (0, 2) for c in data["corrections"]}, (
+        f"{len(data['runs'])} runs and cells {list(data.get('cells', {}))!r}: expected 8 runs (2 lags x 4 "
+        "corrections x 1 seed) and one cell 'lag/correction' for each, as the given sweep writes them")
     assert len({r["samples"] for r in data["runs"]}) == 1, "every run sees the same sample budget"
     for run in data["runs"]:
-        assert len(run["rewards"]) == len(run["ess"]) == 2
-        assert all(0.0 <= r <= 1.0 for r in run["rewards"]) and all(0.0 < e <= 1.0 + 1e-6 for e in run["ess"])
+        assert len(run["rewards"]) == len(run["ess"]) == 2, (
+            f"run {run.get('lag')!r}/{run.get('correction')!r}: {len(run['rewards'])} rewards and {len(run['ess'])} "
+            "ESS values, expected 2 each: one per training step (steps=2)")
+        assert all(0.0 <= r <= 1.0 for r in run["rewards"]) and all(0.0 < e <= 1.0 + 1e-6 for e in run["ess"]), (
+            f"run {run.get('lag')!r}/{run.get('correction')!r}: rewards {run['rewards']!r}, ESS {run['ess']!r}: each "
+            "step's mean reward lies in [0, 1] and each ESS in (0, 1]; an ESS of nan comes from weights that are not "
+            "finite (check truncated_importance_weights)")
     lag0 = [r for r in data["runs"] if r["lag"] == 0]
     assert all(e == pytest.approx(1.0) for r in lag0 for e in r["ess"][:1]), "at lag 0 the first batch is on-policy"
-    assert "max lag" in plumbing.table(report) and "lag 2" in plumbing.chart(report)
+    assert "max lag" in plumbing.table(report) and "lag 2" in plumbing.chart(report), (
+        "the sweep's table has no 'max lag' heading, or its chart no 'lag 2' label: the given table() and chart() "
+        "(ch11_plumbing.py) write them")
     assert "±" not in plumbing.table(report), "one seed has no spread to show"
 
 
@@ -754,7 +794,10 @@ def test_a_short_mismatch_sweep_measures_the_mismatch_and_writes_its_data(plumbi
     report = plumbing.mismatch_sweep(noises=(0.0, 1.0), seeds=(0,), steps=2, out=str(out),
                                      quiet=True, eval_groups=2)
     data = json.loads(out.read_text())
-    assert data["corrections"] == ["none", "clip", "decoupled", "masked"] and len(data["runs"]) == 2 * 4
+    assert data["corrections"] == ["none", "clip", "decoupled", "masked"] and len(data["runs"]) == 2 * 4, (
+        f"the mismatch sweep's data has corrections {data['corrections']!r} and {len(data.get('runs', []))} runs, "
+        "expected none, clip, decoupled, masked and 8 runs (2 noise levels x 4 corrections x 1 seed), as the given "
+        "mismatch_sweep writes them")
     assert all(r["lag"] == 0 for r in data["runs"]), "the mismatch lab runs at lag 0: no staleness"
     assert all(r["eval_samples"] == 2 * 8 for r in data["runs"]), "the clean reward is measured on the asked-for size"
     exact = [r for r in data["runs"] if r["logit_noise"] == 0.0]
@@ -763,4 +806,5 @@ def test_a_short_mismatch_sweep_measures_the_mismatch_and_writes_its_data(plumbi
         "with no noise the sampler's numbers are the trainer's")
     assert all(r["mean_abs_log_ratio"] > 0.1 and r["outside_band"] > 0.0 for r in noisy), (
         "logit noise of 1 nat: the trainer and the sampler disagree on every token, and some leave the band")
-    assert "outside band" in plumbing.mismatch_table(report)
+    assert "outside band" in plumbing.mismatch_table(report), (
+        "the mismatch table has no 'outside band' column: the given mismatch_table() (ch11_plumbing.py) writes one")

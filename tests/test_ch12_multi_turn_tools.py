@@ -111,7 +111,9 @@ def test_a_policy_turn_is_trained_and_a_tool_reply_is_context(chapter):
     episode.append_turn([10, 11, 12], [-0.1, -0.2, -0.3], version=4)
     episode.append_turn([20, 21])  # a tool's reply
     episode.append_turn([30], [-0.4], version=5)
-    assert episode.ids == [10, 11, 12, 20, 21, 30] and episode.prompt_ids == [7, 8]
+    assert episode.ids == [10, 11, 12, 20, 21, 30] and episode.prompt_ids == [7, 8], (
+        f"ids {episode.ids!r}, prompt_ids {episode.prompt_ids!r}, expected [10, 11, 12, 20, 21, 30] and [7, 8]: each "
+        "turn's tokens go on self.ids (not on prompt_ids), in order, the tool's reply too (context the policy reads)")
     assert [len(episode.mask), len(episode.logprobs), len(episode.versions)] == [6] * 3, (
         f"mask, logprobs and versions have {len(episode.mask)}, {len(episode.logprobs)} and {len(episode.versions)} "
         "entries for 6 tokens: one entry per token, not per turn")
@@ -119,7 +121,9 @@ def test_a_policy_turn_is_trained_and_a_tool_reply_is_context(chapter):
     assert all(type(owner) is float for owner in episode.mask), (
         f"mask {episode.mask!r}: its entries are floats, 1.0 and 0.0, as the field says (a tensor made from ints "
         "is an integer tensor)")
-    assert episode.logprobs == [-0.1, -0.2, -0.3, 0.0, 0.0, -0.4]
+    assert episode.logprobs == [-0.1, -0.2, -0.3, 0.0, 0.0, -0.4], (
+        f"logprobs {episode.logprobs!r}, expected [-0.1, -0.2, -0.3, 0.0, 0.0, -0.4]: a policy token keeps its own "
+        "log-probability, one per token; the environment's tokens get 0.0")
     assert episode.versions == [4, 4, 4, -1, -1, 5], "each policy token keeps the version that sampled it; -1 elsewhere"
 
 
@@ -151,7 +155,8 @@ def test_the_callers_lists_are_never_the_episodes_own(chapter):
     assert (first, first_logprobs) == ([5, 6], [-0.1, -0.2]), (
         f"the first turn's lists became {first} and {first_logprobs}: the episode keeps lists of its own and "
         "appends copies of each turn's tokens, never the caller's list itself")
-    assert episode.ids == [5, 6, 2, 2, 7]
+    assert episode.ids == [5, 6, 2, 2, 7], (
+        f"ids {episode.ids!r}, expected [5, 6, 2, 2, 7]: the episode's own ids hold every turn's tokens, in order")
 
 
 @pytest.mark.todo("Episode.append_turn")
@@ -160,7 +165,10 @@ def test_every_list_keeps_one_entry_per_token(chapter):
     for turn in ([5], [6, 7, 8], [9, 10]):
         episode.append_turn(turn, [-1.0] * len(turn), version=2)
         episode.append_turn([3, 3])
-        assert len(episode.ids) == len(episode.mask) == len(episode.logprobs) == len(episode.versions)
+        assert len(episode.ids) == len(episode.mask) == len(episode.logprobs) == len(episode.versions), (
+            f"after a policy turn of {len(turn)} tokens and a tool reply of 2: ids, mask, logprobs and versions have "
+            f"{len(episode.ids)}, {len(episode.mask)}, {len(episode.logprobs)} and {len(episode.versions)} entries: "
+            "every list keeps one entry per token of self.ids")
 
 
 @pytest.mark.todo("Episode.append_turn")
@@ -238,7 +246,9 @@ def test_version_0_is_a_version_like_any_other(chapter):
 def test_the_oldest_policy_token_wherever_it_sits(chapter):
     episode = chapter.Episode([1])
     episode.append_turn([5, 6], [-1.0, -1.0], version=5)
-    assert episode.version == 5
+    assert episode.version == 5, (
+        f"version {episode.version!r} after one policy turn sampled by v5: the episode's version is that of its "
+        "oldest policy token, here 5")
     episode.append_turn([2, 2])
     episode.append_turn([7], [0.0], version=3)  # a certain token (log-probability 0), from a generator behind
     if episode.version != 3:
@@ -342,6 +352,24 @@ def test_the_episodes_own_mask_stays_as_it_was(chapter):
         "one entry per token, in a list of its own (not the episode's mask)")
 
 
+def test_the_trainer_attends_to_every_token_a_tool_reply_included(chapter, plumbing, task):
+    """as_rollout (given): the mask says what is trained (the policy's tokens); the attention says what the model
+    reads (every token, the tool's replies too: the next turn depends on them). Padding is neither."""
+    import random
+
+    prompt = task.sample(random.Random(0))
+    long = episode_of(chapter, [1.0, 1.0, 0.0, 0.0, 1.0], [4, 4, -1, -1, 5])
+    short = episode_of(chapter, [1.0, 1.0], [5, 5])
+    for episode in (long, short):
+        episode.prompt_ids = task.prompt_ids(prompt)
+    rollout = plumbing.as_rollout([long, short], prompt, "r-1", task)
+    assert rollout.mask.tolist() == [[1.0, 1.0, 0.0, 0.0, 1.0], [1.0, 1.0, 0.0, 0.0, 0.0]], (
+        f"mask {rollout.mask.tolist()}: 1 on the policy's tokens only, 0 on the tool's reply and on padding")
+    assert rollout.attention is not None and rollout.attention.tolist() == [[1.0] * 5, [1.0, 1.0, 0.0, 0.0, 0.0]], (
+        f"attention {None if rollout.attention is None else rollout.attention.tolist()}: the trainer attends to every "
+        "real token, the tool's reply too (it is context the policy read), and to no padding")
+
+
 # --- TODO 3: run_episode ---------------------------------------------------------------------------------
 # Contract, clause by clause (the test that holds each):
 #   1. each turn is generated after the prompt and the episode so far, as token ids (the tool's replies too: the
@@ -405,8 +433,13 @@ def test_the_sequence_is_the_tokens_sampled_and_the_tools_replies_never_re_encod
     assert policy.shown[1] == task.prompt_ids(prompt) + call + reply, (
         "the second turn is generated after the very tokens so far: not after the transcript's text encoded "
         "again (this tokenizer merges a turn's end with the reply's start: '\\n=' is one token)")
-    assert episode.mask == [1.0] * len(call) + [0.0] * len(reply) + [1.0] * len(answer)
-    assert episode.ended == "answer" and task.reward(prompt, episode.ids, episode.mask) == 1.0
+    assert episode.mask == [1.0] * len(call) + [0.0] * len(reply) + [1.0] * len(answer), (
+        f"mask {episode.mask!r}, expected 1.0 for the call's {len(call)} tokens, 0.0 for the reply's {len(reply)}, 1.0 "
+        f"for the answer's {len(answer)}: each policy turn is appended as the policy's (with its log-probabilities), "
+        "the tool's reply as the environment's (without)")
+    assert episode.ended == "answer" and task.reward(prompt, episode.ids, episode.mask) == 1.0, (
+        f"ended {episode.ended!r}, expected 'answer' with reward 1.0: the last turn, '!{value}', is no tool call, so "
+        "it is the answer, and the episode ends with it ('answer')")
 
 
 @pytest.mark.todo("run_episode")
@@ -431,7 +464,9 @@ def test_every_turn_sees_the_whole_episode_so_far_and_the_prompt_stays_as_it_was
         assert shown == wanted, (
             f"turn {number} was generated after {len(shown)} tokens, not the prompt and the episode so far "
             f"({len(wanted)}): every turn sees exactly the prompt and every token since, once")
-    assert len(policy.shown) == 4 and episode.ended == "answer"
+    assert len(policy.shown) == 4 and episode.ended == "answer", (
+        f"{len(policy.shown)} turns, ended {episode.ended!r}; expected 4 turns, ended 'answer': three tool calls, each "
+        "answered, then a turn that is no tool call, which is the answer and ends the episode")
     assert [list(given) for given in policy.given] == policy.shown, (
         "a list a turn was given changed after that turn: every turn's input is a new list (the prompt and the "
         "episode so far), never one running list grown in place under an earlier turn (a policy may keep it)")
@@ -474,7 +509,9 @@ def test_each_turn_keeps_its_log_probabilities_and_version(chapter, task, tools_
         "then v1): pass turn.logprobs and turn.version on to append_turn")
     assert episode.logprobs == [-0.5] * call + [0.0] * reply + [-0.5] * answer, (
         "each policy token keeps its log-probability from the Turn; the tool's are 0.0")
-    assert episode.version == 0
+    assert episode.version == 0, (
+        f"version {episode.version!r}, expected 0: an episode's version is that of its oldest policy token, here the "
+        "first turn's v0 (version 0 counts like any other; the tool's -1 does not)")
 
 
 @pytest.mark.todo("run_episode")
@@ -488,7 +525,9 @@ def test_the_tool_is_asked_for_what_the_policy_requested(chapter, task, tools_mo
         "'?ea'; the prompt is about 'c'): send the request task.parse reads off the policy's turn, with the "
         "prompt's table")
     value = tools_module.table_of(prompt.table)["a"]
-    assert episode.ids[len(encode(task, "?a\n")):][:3] == task.reply_ids(task.reply_text(str(value)))
+    assert episode.ids[len(encode(task, "?a\n")):][:3] == task.reply_ids(task.reply_text(str(value))), (
+        f"ids {episode.ids!r}: right after the turn '?a\\n' comes the tool's reply for 'a' ('={value}\\n'), appended "
+        "as reply_ids gives it, never re-encoded")
 
 
 @pytest.mark.todo("run_episode")
@@ -499,7 +538,10 @@ def test_an_answer_on_the_last_turn_allowed_is_the_answer(chapter, task, tools_m
     assert len(policy.shown) == 2 and episode.ended == "answer", (
         f"{len(policy.shown)} turns, ended {episode.ended!r}: the second of max_turns=2 turns is read like any "
         "other; it is an answer, so the episode ended with its answer, not at the turn limit")
-    assert task.reward(prompt, episode.ids, episode.mask) == 1.0
+    assert task.reward(prompt, episode.ids, episode.mask) == 1.0, (
+        f"ids {episode.ids!r}, mask {episode.mask!r}: the reward is not 1.0. The episode should hold the call "
+        "'?c\\n' (mask 1), the tool's reply (mask 0), then the answer (mask 1): turns as sampled, replies as "
+        "reply_ids gives them")
 
 
 @pytest.mark.todo("run_episode")
@@ -659,7 +701,9 @@ def test_a_failed_tool_call_fails_the_episode(chapter, task, tools_module):
         raise AssertionError(
             f"the tool call failed, yet the episode went on ({episode.ids}, ended {episode.ended!r}): a reply "
             "that never came must not be trained on as an empty one; let the error out of run_episode")
-    assert tools.calls == ["c"]
+    assert tools.calls == ["c"], (
+        f"the tool was asked for {tools.calls!r}, expected ['c']: the turn '?c\\n' asks for 'c' once, and when that "
+        "call fails the episode fails with it: nothing more is asked")
 
 
 class SlowTools(Tools):
@@ -689,7 +733,9 @@ def test_a_slow_tool_call_is_waited_for(chapter, task, tools_module):
             "a tool call that took an hour (on the loop's clock) timed out inside run_episode: the tools' Service "
             "bounds a call with its own call_timeout (the caller's choice); add no timeout of your own around it"
         ) from failure
-    assert episode.ended == "answer" and task.reward(prompt, episode.ids, episode.mask) == 1.0
+    assert episode.ended == "answer" and task.reward(prompt, episode.ids, episode.mask) == 1.0, (
+        f"ended {episode.ended!r}, ids {episode.ids!r}: either it did not end 'answer' or its reward is not 1.0. "
+        "The slow call's reply is waited for and appended like any other; the next turn, the answer, ends it")
 
 
 @pytest.mark.todo("run_episode")
@@ -712,7 +758,9 @@ def test_a_tool_worker_that_dies_costs_the_episode_nothing(chapter, task, tools_
         killed, prompt, episode = aio.run(scenario())
     finally:
         aio.run(tools.close())
-    assert killed > 0
+    assert killed > 0, (
+        f"kill_replica answered {killed!r}, not a process id: the test's setup (given code) did not kill tool "
+        "worker 0, so this scenario did not run as meant")
     assert task.reward(prompt, episode.ids, episode.mask) == 1.0, (
         "the tool call reached a live worker: call the tools through their Service (tools.route), which retries")
 
@@ -862,7 +910,9 @@ def test_requests_in_flight_are_counted_while_they_run(chapter, aio, test_tag):
     finally:
         RELEASE.set()
         aio.run(tools.close())
-    assert served == ["quick"] * 3
+    assert served == ["quick"] * 3, (
+        f"the three quick calls answered {served!r}, expected 'quick' each: each is routed to a worker, which "
+        "echoes its request")
     assert busy == [1, 0] and after == [0, 0], "a request counts while in flight, and no longer once answered"
     assert per_replica == {0: 1, 1: 3}, f"while one worker held a request, the others went to the idle one: {per_replica}"
 
@@ -891,9 +941,13 @@ def test_a_short_run_trains_on_episodes_within_the_lag_bound(chapter, plumbing, 
             await asyncio.gather(tools.close(), job.stop())
 
         aio.run(close_both())
-    assert [r["version"] for r in run["results"]] == [1, 2, 3, 4]
+    assert [r["version"] for r in run["results"]] == [1, 2, 3, 4], (
+        f"the training steps published versions {[r['version'] for r in run['results']]!r}, expected [1, 2, 3, 4]: "
+        "steps=4, each step one version newer")
     lags = [lag for r in run["results"] for lag in r["lags"]]
     assert lags and max(lags) <= config.max_lag, f"the oldest token of every group trained on is within the bound: {lags}"
     made = run["episodes"]
-    assert sum(made.ended.values()) >= 4 * 2 * 4 and set(made.ended) <= {"answer", "turns", "tokens"}
+    assert sum(made.ended.values()) >= 4 * 2 * 4 and set(made.ended) <= {"answer", "turns", "tokens"}, (
+        f"episodes ended by {dict(made.ended)!r}: expected at least 32 episodes (4 steps x 2 groups x 4), each ended "
+        "'answer', 'turns' or 'tokens': run_episode sets episode.ended to the reason it stopped")
     assert list(final["generators"].values()) == [final["trainer"]], "the generator holds the trainer's last weights"

@@ -107,7 +107,8 @@ def test_every_chapter_has_solution_exercise_tests_doc_and_todos():
     for chapter in CHAPTERS:
         for path in (chapter.source_file("solutions"), chapter.source_file("exercises"), chapter.test_file, chapter.doc_file):
             assert path.is_file(), f"{chapter.tag} is missing {path.relative_to(PROJECT_ROOT)}"
-        assert 1 <= len(harness.chapter_todos(chapter)) <= 4, f"{chapter.tag} should have 1-4 TODOs"
+        most = 4 if chapter.track == "workshop" else 5  # an elective, with no 3-hour clock, may hold a fifth
+        assert 1 <= len(harness.chapter_todos(chapter)) <= most, f"{chapter.tag} should have 1-{most} TODOs"
 
 
 def test_an_error_text_is_traced_back_to_its_todo():
@@ -472,3 +473,30 @@ def test_each_todos_clause_table_names_tests_that_exist_and_check_that_todo(chap
         named = set(re.findall(r"\btest_\w+", rows))
         assert named, f"{key}: its clause table names no test"
         assert named <= defined, f"{key}: its clause table names tests that do not exist: {sorted(named - defined)}"
+
+
+def bare_asserts(source: str) -> list[int]:
+    """The lines of `assert` statements with no message: a failure there tells a learner nothing but the diff."""
+    import ast
+
+    return [node.lineno for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Assert) and node.msg is None]
+
+
+def test_every_assert_of_a_chapter_test_says_what_broke():
+    found = {path.name: lines for path in sorted((PROJECT_ROOT / "tests").glob("test_ch[0-9][0-9]_*.py"))
+             if (lines := bare_asserts(path.read_text()))}
+    assert not found, (f"asserts without a message in the chapter tests (file: lines): {found}; give each one a "
+                       "sentence that says what differed and which clause of the TODO's contract it holds")
+
+
+def test_the_bare_assert_check_finds_one():
+    assert bare_asserts("def test_x():\n    assert 1 == 1, 'a message'\n    assert 2 == 2\n") == [3], (
+        "the check must find the assert without a message, and only it")
+
+
+def test_every_given_code_mutant_still_names_text_that_is_there():
+    from mutants.given_code import MUTANTS, ROOT
+
+    stale = [f"{m.file}: {m.why}" for m in MUTANTS if (ROOT / "solutions" / m.file).read_text().count(m.old) != 1]
+    assert not stale, f"given-code mutants whose text is gone or repeated (update mutants/given_code.py): {stale}"
+    assert all((ROOT / "tests" / m.tests).is_file() for m in MUTANTS), "each names a test file that exists"

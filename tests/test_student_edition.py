@@ -10,6 +10,7 @@ given to every learner anyway, so it is not counted as a leak of the edition.
 
 import json
 import os
+import re
 import runpy
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from koans.cli import EDITION_HIDES
 from koans.manifest import CHAPTERS, PROJECT_ROOT
 from koans.stubgen import expected_exercises, find_todos
 
@@ -127,7 +129,7 @@ def test_maintainer_commands_say_plainly_that_the_solutions_are_not_there(editio
     done = learner(edition, "-m", "pytest", "tests/test_ch01_hello_actor.py", "--impl", "solutions", "-q")
     assert done.returncode != 0 and "student edition" in done.stdout + done.stderr
     done = learner(edition, "-m", "koans", "workshop")
-    assert done.returncode == 2 and "without the stretch TODOs' code" in done.stderr
+    assert done.returncode == 2 and "without the stretch TODOs' code" in done.stderr, done.stderr
 
 
 def test_the_workshop_edition_holds_only_the_stretch_code(tmp_path):
@@ -142,3 +144,69 @@ def test_the_workshop_edition_holds_only_the_stretch_code(tmp_path):
     assert done.returncode == 0, done.stderr
     chapter = next(c for c in CHAPTERS if c.stretch)
     assert "GIVEN in the workshop" in (course / "exercises" / f"{chapter.module}.py").read_text()
+
+
+# --- The edition points only at what it holds ----------------------------------------------------------------
+
+#: Paths of other repositories that the docs cite (`owner/repo` `path`): not this course's files.
+CITED_ELSEWHERE = {"docs/en/advanced/low-precision.md",  # vllm-project/vime, docs/11
+                   "docs/source/examples/grpo_actor.py"}  # meta-pytorch/monarch, docs/09
+TOP_FOLDERS = ("tests", "solutions", "mutants", "exercises", "docs", "koans", ".ci")
+PATH = re.compile(r"(?<![\w./-])((?:%s)/[\w./-]*[\w/])" % "|".join(re.escape(t) for t in TOP_FOLDERS))
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)\s]*)?\)")
+
+
+def learner_facing(edition: Path) -> list[Path]:
+    """What a learner reads: the README, the docs, the exercises, the chapter tests, the hints."""
+    return ([edition / "README.md", edition / "koans" / "hints.py"] + sorted((edition / "docs").rglob("*.md"))
+            + sorted((edition / "exercises").glob("*.py")) + sorted((edition / "tests").glob("test_*.py")))
+
+
+def dangling(edition: Path, files: list[Path], help_text: str = "") -> list[str]:
+    """'file: path' for each path or relative link that names a file the edition does not hold."""
+    found = []
+    for path, text in [(p, p.read_text()) for p in files] + [(edition / "koans --help", help_text)]:
+        where = str(path.relative_to(edition))
+        for ref in (m.group(1).rstrip("./") for m in PATH.finditer(text)):
+            if not any(mark in ref for mark in ("NN", "<", "*", "{")) and ref not in CITED_ELSEWHERE \
+                    and not (edition / ref).exists():
+                found.append(f"{where}: {ref}")
+        if path.suffix == ".md":
+            for link in (m.group(1) for m in LINK.finditer(text)):
+                if "://" not in link and not link.startswith("mailto:") and not (path.parent / link).exists():
+                    found.append(f"{where}: link {link}")
+        if "python -m solutions." in text or "from solutions." in text:
+            found.append(f"{where}: runs or imports solutions")
+    return found
+
+
+def test_every_path_the_edition_names_is_in_it(edition):
+    help_text = learner(edition, "-m", "koans", "--help").stdout
+    found = dangling(edition, learner_facing(edition), help_text)
+    assert not found, "the edition sends learners to files it does not hold:\n  " + "\n  ".join(found)
+    assert (edition / "tests" / "test_monarch_claims.py").is_file(), "the Monarch claims the docs cite are shipped"
+    for command in EDITION_HIDES + ("workshop",):
+        assert f"koans {command}" not in help_text, f"`koans --help` lists {command}, which this edition cannot run"
+
+
+def test_the_path_check_finds_a_dangling_path(edition, tmp_path):
+    """The check above, on a doc that names a maintainers' test, a missing page, and a reference module."""
+    doc = edition / "docs" / "zz_scratch.md"
+    doc.write_text("See tests/test_harness.py, [the page](appendix/nowhere.md#x) and `python -m solutions.ch01_x`.\n")
+    try:
+        found = dangling(edition, [doc])
+    finally:
+        doc.unlink()
+    assert found == ["docs/zz_scratch.md: tests/test_harness.py", "docs/zz_scratch.md: link appendix/nowhere.md",
+                     "docs/zz_scratch.md: runs or imports solutions"], found
+
+
+def test_a_graded_edition_keeps_the_hints_its_instructor_chose(tmp_path):
+    course = make_edition(tmp_path / "graded", "--hints", "2")
+    hints = runpy.run_path(str(course / "koans" / "hints.py"))["HINTS"]
+    counts = {len(todo_hints) for per_todo in hints.values() for todo_hints in per_todo.values()}
+    assert counts == {2}, f"--hints 2 keeps exactly the first 2 hints of every TODO, got counts {counts}"
+    ours = runpy.run_path(str(PROJECT_ROOT / "koans" / "hints.py"))["HINTS"]
+    assert hints["ch10"]["grpo_loss"] == ours["ch10"]["grpo_loss"][:2], "the first two, in order, unchanged"
+    done = learner(course, "-m", "koans", "hint", "1", "Greeter.greet")
+    assert done.returncode == 0 and "hint 1 of 2" in done.stdout, done.stdout
