@@ -12,7 +12,7 @@ What a learner spends time on, per chapter:
 
 The model, fitted to two studies of learners' own clock (docs/appendix/course.md):
 
-    minutes = read / 60  +  0.119 x doc  +  0.431 x code  +  0.503 x clauses
+    minutes = read / 60  +  0.123 x doc  +  0.528 x code  +  0.248 x clauses
 
 The reading rate of given code (60 lines a minute, skimmed once) is fixed; the other three
 rates are fitted, non-negative, by least squares to the learners' estimates for the chapters
@@ -33,9 +33,9 @@ from koans.manifest import CHAPTERS, PROJECT_ROOT, Chapter
 from koans.stubgen import Todo, find_todos
 
 READ_LINES_PER_MIN = 60  # given code, skimmed once: a fixed prior, not fitted
-MIN_PER_DOC_LINE = 0.119
-MIN_PER_CODE_LINE = 0.431
-MIN_PER_CLAUSE = 0.503
+MIN_PER_DOC_LINE = 0.123
+MIN_PER_CODE_LINE = 0.528
+MIN_PER_CLAUSE = 0.248
 
 GOING_FURTHER = "## Going further"
 
@@ -44,6 +44,9 @@ GOING_FURTHER = "## Going further"
 #: middle of their range (chapter 10 without the flaky test; chapter 11 with its lab). Full depth.
 #: Study 2: four learners, at the course as it stood at commit 336c36f: workshop chapters at workshop depth
 #: (stretch TODOs given, docs up to "Going further"), electives at full depth; their clock, in minutes.
+#: Study 3: new users (PyTorch users new to Monarch) on the student edition at commit e6c7282, which has no
+#: workshop code: workshop chapters with every TODO written (stretch ones too), docs up to "Going further";
+#: electives at full depth; the middle of each range of their clock, in minutes.
 LEARNER_STUDY: dict[str, tuple[tuple[int, int, int, int], float]] = {
     "1/ch01": ((76, 105, 6, 7), 17.5),
     "1/ch02": ((80, 119, 15, 11), 25.0),
@@ -68,6 +71,16 @@ LEARNER_STUDY: dict[str, tuple[tuple[int, int, int, int], float]] = {
     "2/ch10": ((177, 67, 18, 20), 30.0),
     "2/ch11": ((124, 153, 27, 21), 50.0),
     "2/ch12": ((118, 154, 31, 18), 50.0),
+    "3/ch01": ((78, 46, 6, 7), 15.0),
+    "3/ch02": ((85, 46, 12, 13), 15.0),
+    "3/ch03": ((181, 50, 18, 11), 22.5),
+    "3/ch04": ((104, 80, 7, 8), 12.0),
+    "3/ch05": ((159, 69, 13, 23), 32.5),
+    "3/ch06": ((166, 45, 31, 20), 25.0),
+    "3/ch07": ((272, 52, 35, 31), 27.0),
+    "3/ch09": ((148, 51, 35, 21), 32.5),
+    "3/ch10": ((240, 46, 18, 29), 30.0),
+    "3/ch11": ((165, 250, 27, 37), 46.0),
 }
 
 

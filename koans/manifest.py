@@ -80,11 +80,11 @@ class Chapter:
 QWEN2 = "transformers.models.qwen2.modeling_qwen2"  # Hugging Face's Qwen2: seconds to import
 
 CHAPTERS: tuple[Chapter, ...] = (
-    Chapter(1, "hello_actor", "Hello, actor", WORKSHOP, 15),
+    Chapter(1, "hello_actor", "Hello, actor", WORKSHOP, 14),
     Chapter(2, "actor_mesh", "Actor meshes and adverbs", WORKSHOP, 10, stretch=("Worker.whoami",), process_imports=()),
     Chapter(3, "rdma_transfer", "RDMA transfer: the magic pointer", WORKSHOP, 20),
     Chapter(4, "controllers", "Controllers: actors everyone can find", ELECTIVE, 15, fits_after=3, process_imports=()),
-    Chapter(5, "supervision", "Supervision: noticing that a child has died", WORKSHOP, 30, process_imports=()),
+    Chapter(5, "supervision", "Supervision: noticing that a child has died", WORKSHOP, 29, process_imports=()),
     Chapter(6, "service", "A service that routes around failed replicas", WORKSHOP, 20, builds_on=(5,),
             stretch=("Service.next_replica", "Service.mark_unhealthy"), process_imports=()),
     Chapter(7, "weight_sync", "Weight sync without process groups", WORKSHOP, 30, builds_on=(3,),
