@@ -229,3 +229,13 @@ def _clocks_follow(loop: "_VirtualClockLoop"):
         yield
     finally:
         time.monotonic, time.time = real_monotonic, real_time
+
+
+def starts_apart(receiver, sender) -> bool:
+    """True when `receiver` differs from `sender` at every position a transfer test compares (NaN differs from
+    everything). A green run is not a transfer: a receiver that already held the sender's values would pass a
+    transfer that moved nothing, so a transfer test checks this before the transfer."""
+    import torch
+
+    receiver, sender = torch.as_tensor(receiver), torch.as_tensor(sender)
+    return receiver.shape == sender.shape and bool((receiver.double() != sender.double()).all())

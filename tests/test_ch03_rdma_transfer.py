@@ -5,7 +5,7 @@ import asyncio
 import pytest
 import torch
 
-from koans.testing import STARTUP_TIMEOUT, TIMEOUT, checking
+from koans.testing import STARTUP_TIMEOUT, TIMEOUT, checking, starts_apart
 
 SMALL = 4096  # elements: big enough to be more than one packet, small enough to be quick
 
@@ -235,6 +235,7 @@ class CopyingBuffer:
 )
 def test_pull_into_takes_every_flat_contiguous_destination(chapter, destination):
     handle = chapter.TensorHandle(CopyingBuffer(torch.tensor([7.0])), torch.float32, 1)
+    assert starts_apart(destination, [7.0]), "the test's own premise: the destination starts unlike the sender"
     try:
         result = asyncio.run(asyncio.wait_for(chapter.pull_into(handle, destination, timeout=5), 10))
     except ValueError as refused:

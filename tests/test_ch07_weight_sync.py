@@ -11,7 +11,7 @@ import torch
 from monarch.actor import this_proc
 
 from koans.testing import (NEVER, STARTUP_TIMEOUT, TIMEOUT, AwaitedStandIn, StandIn, StuckForever,
-                           run_on_virtual_clock)
+                           run_on_virtual_clock, starts_apart)
 
 TRANSPORTS = ["shm", "rdma"]
 
@@ -912,6 +912,8 @@ def test_staging_packs_every_kind_of_tensor_and_loading_unpacks_it_bit_for_bit(c
     transports.stage(weights, layout, transports.slot_views(layout, flat))
     targets = {name: torch.full_like(t.contiguous(), 99) for name, t in weights.items()}  # no value the sender holds
     targets["head"] = targets["embed"]  # tied on the reader's side too
+    assert all(starts_apart(targets[name], tensor) for name, tensor in weights.items()), (
+        "the test's own premise: every target starts unlike what is sent, so an unpacking that moved nothing fails")
     asyncio.run(transports.load_snapshot(targets, layout, transports._MappedSource(flat)))
     for name, tensor in weights.items():
         assert targets[name].dtype == tensor.dtype and torch.equal(targets[name], tensor), name

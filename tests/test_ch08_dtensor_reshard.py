@@ -8,6 +8,8 @@ import torch
 from torch.distributed.tensor import Replicate, Shard
 from torch.distributed.tensor._utils import _compute_local_shape_and_global_offset as torch_local_box
 
+from koans.testing import starts_apart
+
 CASES = 240  # generated layouts per property, from a fixed seed
 
 
@@ -91,8 +93,8 @@ def test_boxes_match_torch_on_generated_layouts(chapter):
             lengths, offsets = torch_local_box(shape, mesh, list(coord), placements)
             assert box == tuple(zip(offsets, lengths)), (
                 f"{shape} on mesh {mesh} {placements} at {coord}: {box}, but DTensor's own is "
-                f"{tuple(zip(offsets, lengths))}" + (" (an empty share starts at the end of what was split)"
-                                                     if 0 in lengths else
+                f"{tuple(zip(offsets, lengths))}" + (" (an empty share has length 0, at the end of the whole "
+                                                     "dimension: offset = its full size)" if 0 in lengths else
                                                      " (the Shard at mesh dimension m splits into mesh_shape[m] "
                                                      "shares, each ceil(length / mesh_shape[m]))"))
             expected = chunk_reference(full, mesh, placements, coord)
@@ -419,6 +421,7 @@ def test_pull_reads_each_piece_in_its_own_dtype(chapter, local_dtype):
     handles = [chapter.TensorHandle(CountingBuffer(source[r].clone()), torch.bfloat16, 4) for r in range(2)]
     holder = chapter.ShardHolder.__new__(chapter.ShardHolder)  # the endpoint's code alone, in this process
     holder.local = torch.full((3, 4), float("nan"), dtype=local_dtype)  # NaN: a piece never read fails; row 3: no piece
+    assert starts_apart(holder.local[:2], source.to(local_dtype)), "the test's own premise: the shard starts unlike its source"
     read = asyncio.run(chapter.ShardHolder.__dict__["pull"]._method(holder, pieces, handles))
     assert torch.equal(holder.local[:2], source.to(local_dtype)), (
         "each bfloat16 piece lands in its place: read in the handle's dtype, then copied into the shard")
