@@ -763,8 +763,8 @@ def main(argv: list[str] | None = None) -> int:
     # where it holds no stretch code; asked for one anyway, it says why not.
     hidden = (EDITION_HIDES + (() if has_stretch_code() else ("workshop",))) if is_student_edition() else ()
     if argv[:1] and argv[0] in hidden:
-        what = ("koans workshop: this edition was built without the stretch TODOs' code (it is for self-study or "
-                "a graded class), so you write those TODOs too. A workshop's edition is built with "
+        what = ("this edition was built without the stretch TODOs' code that `koans workshop` gives (it is for "
+                "self-study or a graded class), so you write those TODOs too. A workshop's edition is built with "
                 "`koans edition DIR --workshop`." if argv[0] == "workshop"
                 else NO_SOLUTIONS.format(what="koans " + argv[0]))
         print(f"koans: {what}", file=sys.stderr)

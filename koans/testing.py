@@ -239,3 +239,15 @@ def starts_apart(receiver, sender) -> bool:
 
     receiver, sender = torch.as_tensor(receiver), torch.as_tensor(sender)
     return receiver.shape == sender.shape and bool((receiver.double() != sender.double()).all())
+
+
+def backward(loss, what: str = "logps") -> None:
+    """loss.backward(), where a loss cut off from its inputs fails with a sentence, not PyTorch's bare RuntimeError."""
+    try:
+        loss.backward()
+    except RuntimeError as err:
+        if "does not require grad" not in str(err):
+            raise
+        raise AssertionError(
+            f"the loss carries no gradient back to {what} ({err}): it must be computed from {what} as given; a "
+            ".detach(), a torch.no_grad() block or a .item() on the way cuts the gradient off") from None

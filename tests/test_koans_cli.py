@@ -212,9 +212,9 @@ def test_list_shows_both_tracks_from_recorded_results_at_once(project, first_wal
         cells = re.split(r"\s{2,}", line.strip())
         assert len(cells) == 5, f"columns run together: {line!r}"
         assert cells[0] == number and cells[1] == find_chapter(number).title
-    assert re.split(r"\s{2,}", rows["01"].strip())[2:] == ["15", "done", ch01_all()]
+    assert re.split(r"\s{2,}", rows["01"].strip())[2:] == [str(find_chapter(1).minutes), "done", ch01_all()]
     assert re.split(r"\s{2,}", rows["02"].strip())[2:] == [str(CH02_MINUTES), "pending", f"0/{ch02_tests}"]
-    assert re.split(r"\s{2,}", rows["04"].strip())[2:] == ["15", "not run", "-"]
+    assert re.split(r"\s{2,}", rows["04"].strip())[2:] == [str(find_chapter(4).minutes), "not run", "-"]
 
 
 def test_list_marks_a_chapter_stale_when_its_files_change_and_refresh_reruns_only_it(project, first_walk, tmp_path,
@@ -225,7 +225,7 @@ def test_list_marks_a_chapter_stale_when_its_files_change_and_refresh_reruns_onl
     test_file.write_text(test_file.read_text() + "\n# a change\n")
     code, out = koans(root, "list")
     assert code == 0
-    assert re.search(rf"01\s+Hello, actor\s+15\s+done \(stale\)\s+{ch01_all()}", out), out
+    assert re.search(rf"01\s+Hello, actor\s+{find_chapter(1).minutes}\s+done \(stale\)\s+{ch01_all()}", out), out
     assert re.search(rf"02\s+Actor meshes and adverbs\s+{CH02_MINUTES}\s+pending\s+0/{ch02_tests}", out), out
     assert "Workshop track: 1 of 2 done (1 changed since they passed" in out, "a stale pass still counts as done"
     recorded = state_of(root)["results"]["ch02"]
@@ -233,7 +233,7 @@ def test_list_marks_a_chapter_stale_when_its_files_change_and_refresh_reruns_onl
     assert "running chapter 01" in out and "running chapter 02" not in out, "only what changed is re-run"
     assert "1 chapter(s) re-run; 1 unchanged since their last run" in out
     assert state_of(root)["results"]["ch02"] == recorded
-    assert re.search(rf"01\s+Hello, actor\s+15\s+done\s+{ch01_all()}", out), out
+    assert re.search(rf"01\s+Hello, actor\s+{find_chapter(1).minutes}\s+done\s+{ch01_all()}", out), out
 
 
 def test_hint_steps_through_the_hints_of_the_failing_todo(project, first_walk):
