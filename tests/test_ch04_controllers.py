@@ -145,12 +145,23 @@ def test_work_waits_for_the_sinks_reply(chapter, plumbing, procs, sink_name):
     """A sink that refuses every record: a work() that waited for the reply learns it and fails; one that
     sent the record and went on returns as if all were well (and its report may not be in yet)."""
     get_or_spawn_controller(sink_name, plumbing.RefusingSink, "the test").get(timeout=TIMEOUT)
+    default = get_or_spawn_controller(chapter.SINK_NAME, chapter.MetricsSink, "the test").get(timeout=TIMEOUT)
+
+    def recorded_by_default() -> int:
+        return default.summary.call_one().get(timeout=TIMEOUT).get("items_done", {}).get("count", 0)
+
+    before = recorded_by_default()
     worker = procs.slice(procs=0).spawn(f"worker_{sink_name}", chapter.Worker, sink_name)
     try:
         result = worker.work.call_one([1, 2]).get(timeout=STARTUP_TIMEOUT)
     except ActorError as err:
-        assert "refuses every record" in str(err), err
+        assert "refuses every record" in str(err), (
+            f"work() failed, but not with the sink's refusal: {err}")
     else:
+        if recorded_by_default() > before:
+            pytest.fail(f"work() returned {result}, and its record went to the default sink {chapter.SINK_NAME!r}: "
+                        f"this worker was made with sink_name={sink_name!r}; find the sink by the worker's own "
+                        "sink_name")
         pytest.fail(f"work() returned {result} though the sink refused its record: either it did not wait for "
                     "the sink's reply, or it caught the refusal. Wait for the reply, and let a refused record fail "
                     "work(): the caller must learn that the report is not in")

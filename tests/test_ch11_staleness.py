@@ -365,9 +365,15 @@ def test_a_clip_of_zero_is_a_clip_not_none(chapter):
            "`clip is None`, not the clip's truth" if same(loss, unclipped) else
            "per token w * min(r * A, clip(r, 1 - clip, 1 + clip) * A) with the caller's clip")
     assert close(loss, 0.263124), f"clip=0.0: loss {float(loss):.5f}, not 0.26312: {why}"
-    assert stats["clip_fraction"] == pytest.approx(0.75), (
-        f"clip=0.0: clip_fraction {stats['clip_fraction']}, not 0.75: count r < 1 - clip or r > 1 + clip, strictly "
-        "(row 1's r = 1.0 sits on the band [1, 1], so it is not clipped), with the caller's clip")
+    fraction = stats["clip_fraction"]
+    why = ("the mean ran over every position, padding included (4 of 6): it is a masked mean, per response over its "
+           "own tokens, then over responses" if fraction == pytest.approx(4 / 6) else
+           "that is the mean over the batch's real tokens (4 of 5): it is per response over its own tokens, then over "
+           "responses" if fraction == pytest.approx(0.8) else
+           "row 1's r = 1.0 sits on the band [1, 1], so it is not clipped: count r < 1 - clip or r > 1 + clip, "
+           "strictly" if fraction == pytest.approx(1.0) else
+           "count r < 1 - clip or r > 1 + clip, strictly, with the caller's clip, as a masked mean per response")
+    assert fraction == pytest.approx(0.75), f"clip=0.0: clip_fraction {fraction}, not 0.75 = (3/3 + 1/2) / 2: {why}"
 
 
 @pytest.mark.todo("decoupled_ppo_loss")

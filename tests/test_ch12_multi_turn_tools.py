@@ -430,9 +430,14 @@ def test_the_sequence_is_the_tokens_sampled_and_the_tools_replies_never_re_encod
     assert policy.shown[1] != task.prompt_ids(prompt) + call, (
         "the second turn was generated without the tool's reply: the policy reads it (mask 0 keeps the reply out of "
         "the loss, not out of the context): show the policy the prompt and every token of the episode so far")
-    assert policy.shown[1] == task.prompt_ids(prompt) + call + reply, (
-        "the second turn is generated after the very tokens so far: not after the transcript's text encoded "
-        "again (this tokenizer merges a turn's end with the reply's start: '\\n=' is one token)")
+    shown, expected = policy.shown[1], task.prompt_ids(prompt) + call + reply
+    assert shown == expected, (
+        f"the second turn was generated after {shown}, expected {expected} (the prompt's ids, then every token so "
+        "far): " + ("the prompt is missing: a turn is generated after the prompt and the episode so far"
+                    if shown == call + reply else
+                    "the prompt comes first, once" if shown[-len(call + reply):] == call + reply else
+                    "these are not the very tokens so far: never the transcript's text encoded again (this tokenizer "
+                    "merges a turn's end with the reply's start: '\\n=' is one token)"))
     assert episode.mask == [1.0] * len(call) + [0.0] * len(reply) + [1.0] * len(answer), (
         f"mask {episode.mask!r}, expected 1.0 for the call's {len(call)} tokens, 0.0 for the reply's {len(reply)}, 1.0 "
         f"for the answer's {len(answer)}: each policy turn is appended as the policy's (with its log-probabilities), "
