@@ -305,7 +305,9 @@ def pytest_runtest_makereport(item, call):
         text, replace, about = harness.explain_failure(call.excinfo, item.path, todos, item.config.koans_impl, scope)
         if about:  # the failure is about these: the runner's hint follows them
             todos = about
-            report.koans_hint = harness.blamed_hint(call.excinfo.value)
+            hint_marker = item.get_closest_marker("hint")  # the hint that fits this test's clause
+            report.koans_hint = harness.blamed_hint(call.excinfo.value) or (
+                hint_marker.args[0] if hint_marker and len(marked) == 1 and list(about) == marked else None)
         report.koans_note = text
         try:
             report.koans_summary = harness.failure_summary(call.excinfo)

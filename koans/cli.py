@@ -536,7 +536,10 @@ def cmd_hint(chapter: Chapter, name: str | None = None) -> int:
     shown = state.setdefault("hints_shown", {})
     if not isinstance(shown.get(chapter.tag), dict):
         shown[chapter.tag] = {}
-    upto = min(shown[chapter.tag].get(key, 0) + 1, len(hints))
+    before = shown[chapter.tag].get(key, 0)
+    # The first failure may have named the hint that fits the clause it broke: show up to that one at once.
+    fits = (failure or {}).get("hint") if not name and failure and key in (failure.get("todos") or []) else None
+    upto = min(max(before + 1, fits if isinstance(fits, int) else 0), len(hints))
     shown[chapter.tag][key] = upto
     _save_state(state)
     if name:
@@ -547,6 +550,10 @@ def cmd_hint(chapter: Chapter, name: str | None = None) -> int:
         why = " (the chapter passes; name a TODO to see its hints)"
     else:
         why = ""
+    if before >= len(hints):
+        why += " (all of them were shown before)"
+    elif isinstance(fits, int) and fits > before + 1 and upto == fits:
+        why += " (the one that fits the clause that failed)"
     print(f"Chapter {chapter.number:02d}: hint {upto} of {len(hints)} for {key}{why}")
     for number, hint in enumerate(hints[:upto], start=1):
         print(_fill(hint, f"  {number}. ", "     "))

@@ -3,18 +3,22 @@
 A koans course is only as good as its tests' power to tell a right answer
 from a wrong one that runs. Each chapter's mistakes live in
 `mutants/chNN_<slug>.py` (outside exercises/, so learners do not meet them)
-as a list of `Mutant(todo_key, description, code)`: the code that a learner
-might plausibly have written in that TODO's region, instead of the solution.
+as a list of `Mutant(todo_key, description, code, clause)`: the code that a
+learner might plausibly have written in that TODO's region, instead of the
+solution, and the clause of the contract it breaks.
 
 `koans verify --mutants` applies each mutant alone (every other TODO keeps
 its solution), runs the chapter's tests, and passes only if a test marked
-with that TODO fails.
+with that TODO fails. `koans verify --messages` also checks that what the
+learner is shown names the clause: one of the phrases in `clause` (" | "
+between alternatives) appears in the failure's message, case and spacing aside.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +36,20 @@ class Mutant:
     todo: str  # the TODO key, e.g. "Service.route"
     description: str  # the mistake, in one line
     code: str  # what replaces the solution's code in that TODO's region (indentation is fixed up)
+    # The clause it breaks, as words a right message must use: alternatives between " | ", e.g. "cursor | next replica".
+    # Written from the mistake, not copied from the message; empty = not yet stated (counted as not named).
+    clause: str = ""
+
+
+def _plain(text: str) -> str:
+    """Lower case, backticks and quotes dropped, runs of spacing as one space: how phrases are compared."""
+    return " ".join(re.sub(r"[`'\"]", "", text).lower().split())
+
+
+def names_clause(mutant: Mutant, message: str) -> bool:
+    """Whether `message` (what the learner is shown) names the clause that `mutant` breaks."""
+    shown = _plain(message)
+    return any(_plain(phrase) in shown for phrase in mutant.clause.split(" | ") if phrase.strip())
 
 
 def mutants_of(chapter: Chapter) -> list[Mutant]:
@@ -69,7 +87,13 @@ def apply_mutant(source: str, path: str, mutant: Mutant) -> str:
             out.extend(lines[todo.begin: todo.end - 1])
         cursor = todo.end
     out.extend(lines[cursor:])
-    return "\n".join(out) + "\n"
+    mutated_source = "\n".join(out) + "\n"
+    try:  # a wrong answer that does not even parse is no plausible one: its "catch" would prove nothing
+        compile(mutated_source, path, "exec")
+    except SyntaxError as err:
+        raise StubError(f"{path}:{err.lineno}: the mutant {mutant.description!r} of {mutant.todo!r} does not parse "
+                        f"({err.msg}): fix its code (indentation included)") from None
+    return mutated_source
 
 
 def write_mutated_copy(chapter: Chapter, mutant: Mutant, into: Path) -> None:

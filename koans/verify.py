@@ -162,6 +162,10 @@ def check_each_todo(chapter: Chapter) -> bool:
     return ok
 
 
+#: `koans verify --messages` fails a chapter whose messages name the broken clause for fewer of its mutants.
+MESSAGE_FLOOR = 0.95
+
+
 def _jobs() -> int:
     """Test sessions run at once ($KOANS_VERIFY_JOBS, default 2): each spends much of its time waiting
     (Monarch replies, process deaths), so two overlap well even on 2 cores."""
@@ -189,14 +193,17 @@ def check_mutants(chapter: Chapter, sample: bool, messages: bool = False) -> tup
                               extra_args=("--koans-only-todo", mutant.todo))  # caught = a test marked with it fails
         return run, time.monotonic() - mutant_started
 
+    named = 0
     with ThreadPoolExecutor(max_workers=_jobs()) as pool:  # reported in the mutants' order
         runs = pool.map(run_one, mutants)
         for mutant, (run, seconds) in zip(mutants, runs):
             ok, caught = _report_mutant(chapter, mutant, run, seconds, ok, caught)
             if messages and run.first_failure is not None:
-                _show_learner_view(chapter, run)
-    return ok, {"chapter": chapter.tag, "mutants": len(mutants), "caught": caught,
-                "seconds": time.monotonic() - started}
+                named += _show_learner_view(chapter, mutant, run)
+    row = {"chapter": chapter.tag, "mutants": len(mutants), "caught": caught, "seconds": time.monotonic() - started}
+    if messages:
+        row["named"] = named
+    return ok, row
 
 
 def _report_mutant(chapter: Chapter, mutant, run, seconds: float, ok: bool, caught: int) -> tuple[bool, int]:
@@ -213,26 +220,38 @@ def _report_mutant(chapter: Chapter, mutant, run, seconds: float, ok: bool, caug
     return ok, caught + hit
 
 
-def _show_learner_view(chapter: Chapter, run) -> None:
-    """What `koans check` would show a learner who wrote this mutant: the failure and the hint it points to."""
+def _show_learner_view(chapter: Chapter, mutant, run) -> bool:
+    """What `koans check` would show a learner who wrote this mutant (the failure and the hint it points to),
+    and whether the failure's words name the clause the mutant breaks (`Mutant.clause`)."""
     import contextlib
     import io
 
     from koans.cli import _show_failure, _show_hint
+    from koans.mutants import names_clause
 
-    shown = io.StringIO()
-    with contextlib.redirect_stdout(shown):
+    failure, hint = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(failure):
         _show_failure(chapter, run, verbose=False)
+    with contextlib.redirect_stdout(hint):
         _show_hint(chapter, run.first_failure)
-    print("\n".join("      | " + line for line in shown.getvalue().rstrip().splitlines()), flush=True)
+    named = names_clause(mutant, failure.getvalue())
+    verdict = "names the clause" if named else (
+        f"DOES NOT NAME the clause ({mutant.clause!r})" if mutant.clause else "states no clause (mutants/ file)")
+    shown = (failure.getvalue() + hint.getvalue()).rstrip().splitlines()
+    print("\n".join(["      | " + line for line in shown] + [f"      = {verdict}"]), flush=True)
+    return named
 
 
 def mutant_table(rows: list[dict]) -> str:
-    lines = [f"{'chapter':<9}{'mutants':>8}{'caught':>8}{'seconds':>9}"]
-    for row in rows:
-        lines.append(f"{row['chapter']:<9}{row['mutants']:>8}{row['caught']:>8}{row['seconds']:>9.0f}")
-    total = {k: sum(r[k] for r in rows) for k in ("mutants", "caught", "seconds")}
-    lines.append(f"{'all':<9}{total['mutants']:>8}{total['caught']:>8}{total['seconds']:>9.0f}")
+    """Mutants caught per chapter; with --messages, also how many of the messages name the broken clause."""
+    named = all("named" in row for row in rows)
+    lines = [f"{'chapter':<9}{'mutants':>8}{'caught':>8}{'seconds':>9}" + (f"{'named':>8}{'share':>8}" if named else "")]
+    total = {k: sum(r.get(k, 0) for r in rows) for k in ("mutants", "caught", "seconds", "named")}
+    for row in rows + [dict(total, chapter="all")]:
+        line = f"{row['chapter']:<9}{row['mutants']:>8}{row['caught']:>8}{row['seconds']:>9.0f}"
+        if named:
+            line += f"{row['named']:>8}{row['named'] / max(1, row['mutants']):>8.0%}"
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -245,7 +264,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="also apply every plausible wrong answer in mutants/ (sample: the first per TODO; "
                              "only: mutants alone, no other check)")
     parser.add_argument("--messages", action="store_true",
-                        help="under each mutant caught, what `koans check` shows its learner (to audit the messages)")
+                        help="under each mutant caught, what `koans check` shows its learner, and whether it names the clause "
+                             "the mutant breaks; the table gets the share named per chapter")
     args = parser.parse_args(argv)
     chapters = [find_chapter(c) for c in args.chapters] if args.chapters else list(CHAPTERS)
 
@@ -274,6 +294,10 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
     if rows:
         print("\nmutants caught, per chapter:\n" + mutant_table(rows))
+    if args.messages and rows:  # what a learner reads must name what they broke, in every chapter
+        short = [row["chapter"] for row in rows if row["named"] < MESSAGE_FLOOR * row["mutants"]]
+        ok &= _say(not short, f"every chapter's messages name the broken clause for {MESSAGE_FLOOR:.0%} of its "
+                              f"mutants or more" + (f"; not {', '.join(short)} (see DOES NOT NAME above)" if short else ""))
     print("verify: all checks hold" if ok else "verify: some checks FAILED (see above)")
     return 0 if ok else 1
 

@@ -17,7 +17,7 @@ MUTANTS = [
         if tensor.numel() == 0:
             raise ValueError(empty_tensor(tensor))
         return TensorHandle(RDMABuffer(tensor), tensor.dtype, tensor.numel())
-    '''),
+    ''', clause="in the TODO's order"),
     Mutant("expose", "exposes a packed copy, so later updates never show", '''
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(not_a_tensor(tensor))
@@ -29,7 +29,7 @@ MUTANTS = [
             raise ValueError(empty_tensor(tensor))
         packed = tensor.clone()
         return TensorHandle(RDMABuffer(packed), packed.dtype, packed.numel())
-    '''),
+    ''', clause='not a copy'),
     Mutant("expose", "refuses a non-tensor with ValueError", '''
         if not isinstance(tensor, torch.Tensor):
             raise ValueError(not_a_tensor(tensor))
@@ -40,7 +40,7 @@ MUTANTS = [
         if tensor.numel() == 0:
             raise ValueError(empty_tensor(tensor))
         return TensorHandle(RDMABuffer(tensor), tensor.dtype, tensor.numel())
-    '''),
+    ''', clause='raises TypeError'),
     Mutant("pull_into", "checks the element count before the layout", '''
         if destination.dtype != handle.dtype:
             raise ValueError(wrong_dtype(destination, handle))
@@ -50,7 +50,7 @@ MUTANTS = [
             raise ValueError(wrong_layout(destination, handle))
         await handle.buffer.read_into(destination, timeout=timeout)
         return destination
-    '''),
+    ''', clause="in the TODO's order"),
     Mutant("pull_into", "accepts a destination that is too big", '''
         if destination.dtype != handle.dtype:
             raise ValueError(wrong_dtype(destination, handle))
@@ -60,7 +60,7 @@ MUTANTS = [
             raise ValueError(wrong_count(destination, handle))
         await handle.buffer.read_into(destination, timeout=timeout)
         return destination
-    '''),
+    ''', clause='wrong_count'),
     Mutant("pull_into", "starts the read and does not wait for it", '''
         if destination.dtype != handle.dtype:
             raise ValueError(wrong_dtype(destination, handle))
@@ -70,13 +70,13 @@ MUTANTS = [
             raise ValueError(wrong_count(destination, handle))
         handle.buffer.read_into(destination, timeout=timeout)
         return destination
-    '''),
+    ''', clause='awaited'),
     Mutant("TensorOwner.send_copy", "sends the handle instead of the tensor", '''
         return expose(self.tensor)
-    '''),
+    ''', clause='torch.Tensor itself'),
     Mutant("TensorOwner.send_copy", "sends the tensor's fingerprint", '''
         return fingerprint(self.tensor)
-    '''),
+    ''', clause='torch.Tensor itself'),
     Mutant("expose", "tests `dim() > 1`, so a 0-D tensor gets past the 1-D rule (a learner's)", '''
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(not_a_tensor(tensor))
@@ -87,7 +87,7 @@ MUTANTS = [
         if tensor.numel() == 0:
             raise ValueError(empty_tensor(tensor))
         return TensorHandle(RDMABuffer(tensor), tensor.dtype, tensor.numel())
-    '''),
+    ''', clause='not_flat'),
     Mutant("pull_into", "reads without the caller's timeout, so Monarch's default applies (a learner's)", '''
         if destination.dtype != handle.dtype:
             raise ValueError(wrong_dtype(destination, handle))
@@ -97,7 +97,7 @@ MUTANTS = [
             raise ValueError(wrong_count(destination, handle))
         await handle.buffer.read_into(destination)
         return destination
-    '''),
+    ''', clause="caller's timeout"),
     Mutant("pull_into", "checks the layout before the dtype (a learner's)", '''
         if destination.dim() != 1 or not destination.is_contiguous():
             raise ValueError(wrong_layout(destination, handle))
@@ -107,10 +107,10 @@ MUTANTS = [
             raise ValueError(wrong_count(destination, handle))
         await handle.buffer.read_into(destination, timeout=timeout)
         return destination
-    '''),
+    ''', clause="in the TODO's order"),
     Mutant("TensorOwner.send_copy", "sends the numbers as a Python list", '''
         return self.tensor.tolist()
-    '''),
+    ''', clause='torch.Tensor itself'),
     Mutant("pull_into", "checks the dtype by its item size, so int32 passes for float32 (a learner's)", '''
         if destination.dtype.itemsize != handle.dtype.itemsize:
             raise ValueError(wrong_dtype(destination, handle))
@@ -120,7 +120,7 @@ MUTANTS = [
             raise ValueError(wrong_count(destination, handle))
         await handle.buffer.read_into(destination, timeout=timeout)
         return destination
-    '''),
+    ''', clause='wrong_dtype'),
     Mutant("pull_into", "bounds the read with asyncio.wait_for, leaving read_into its default (a learner's)", '''
         import asyncio
 
@@ -132,7 +132,7 @@ MUTANTS = [
             raise ValueError(wrong_count(destination, handle))
         await asyncio.wait_for(handle.buffer.read_into(destination), timeout)
         return destination
-    '''),
+    ''', clause='not a wait_for'),
     Mutant("pull_into", "treats a timed-out read as done and returns the destination", '''
         if destination.dtype != handle.dtype:
             raise ValueError(wrong_dtype(destination, handle))
@@ -145,10 +145,10 @@ MUTANTS = [
         except TimeoutError:
             pass
         return destination
-    '''),
+    ''', clause='TimeoutError reach the caller'),
     Mutant("TensorOwner.send_copy", "sends it as float32, whatever the owner's dtype", '''
         return self.tensor.to(torch.float32)
-    '''),
+    ''', clause='no conversion'),
     # From a second independent set (each one caught by a clause test added for it):
     Mutant('pull_into', 'writes the destination into the remote memory (write_from) instead of reading it', '''
         if destination.dtype != handle.dtype:
@@ -159,7 +159,7 @@ MUTANTS = [
             raise ValueError(wrong_count(destination, handle))
         await handle.buffer.write_from(destination, timeout=timeout)
         return destination
-    '''),
+    ''', clause='never writes'),
 ]
 
 
@@ -175,7 +175,7 @@ if tensor.stride() != (1,):
 if tensor.numel() == 0:
     raise ValueError(empty_tensor(tensor))
 return TensorHandle(RDMABuffer(tensor), tensor.dtype, tensor.numel())
-'''),
+''', clause='is_contiguous()'),
 ]
 
 
@@ -191,12 +191,12 @@ if not tensor.is_contiguous():
 if tensor.numel() == 0:
     raise ValueError(empty_tensor(tensor))
 return TensorHandle(RDMABuffer(tensor), tensor.dtype, tensor.numel())
-'''),
+''', clause='subclass'),
     Mutant('TensorOwner.send_copy', "caches the first copy and sends it again: a later in-place update does not show; breaks 'return the tensor itself'", '''
 if getattr(self, "sent_copy", None) is None:
     self.sent_copy = self.tensor.clone()
 return self.sent_copy
-'''),
+''', clause='never a copy kept'),
 ]
 
 # The tenth independent set (input classes) found these; clause tests now hold them.
@@ -210,7 +210,7 @@ MUTANTS += [
         raise ValueError(wrong_count(destination, handle))
     await handle.buffer.read_into(destination, timeout=timeout)
     return destination
-    '''),
+    ''', clause='wrong_layout'),
     Mutant("pull_into", "judges contiguity by stride(0) == 1, refusing a one-element view torch calls contiguous", '''
     if destination.dtype != handle.dtype:
         raise ValueError(wrong_dtype(destination, handle))
@@ -220,7 +220,7 @@ MUTANTS += [
         raise ValueError(wrong_count(destination, handle))
     await handle.buffer.read_into(destination, timeout=timeout)
     return destination
-    '''),
+    ''', clause='is_contiguous'),
     # From a mechanical set (one operator at one site of the solution; caught by a case added for it):
     Mutant("expose", "checks emptiness before contiguity (only an empty sparse tensor tells them apart)", '''
         if not isinstance(tensor, torch.Tensor):
@@ -232,5 +232,5 @@ MUTANTS += [
         if not tensor.is_contiguous():
             raise ValueError(not_contiguous(tensor))
         return TensorHandle(RDMABuffer(tensor), tensor.dtype, tensor.numel())
-    '''),
+    ''', clause="in the TODO's order"),
 ]

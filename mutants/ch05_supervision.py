@@ -8,7 +8,7 @@ MUTANTS = [
             return Outcome("ok", await asyncio.wait_for(future, timeout), where)
         except Exception as err:
             return Outcome("endpoint_error", err, where)
-    '''),
+    ''', clause='only the three failure classes'),
     Mutant("classify", "waits without a timeout", '''
         try:
             return Outcome("ok", await future, where)
@@ -18,7 +18,7 @@ MUTANTS = [
             return Outcome("died", err, where)
         except TimeoutError as err:
             return Outcome("timeout", err, where)
-    '''),
+    ''', clause='timeout as given'),
     Mutant("classify", "takes a death for an endpoint error", '''
         try:
             return Outcome("ok", await asyncio.wait_for(future, timeout), where)
@@ -26,7 +26,7 @@ MUTANTS = [
             return Outcome("endpoint_error", err, where)
         except TimeoutError as err:
             return Outcome("timeout", err, where)
-    '''),
+    ''', clause='a process that exits is'),
     Mutant("classify", "forgets `where`", '''
         try:
             return Outcome("ok", await asyncio.wait_for(future, timeout))
@@ -36,26 +36,26 @@ MUTANTS = [
             return Outcome("died", err)
         except TimeoutError as err:
             return Outcome("timeout", err)
-    '''),
+    ''', clause='carries the where'),
     Mutant("Supervisor.__supervise__", "knows its child by the name pattern child_g..., not by what it spawned", '''
         name = str(failure.mesh_name)
         if name.startswith("child_g"):
             self.failures.append({"generation": self.generation, "mesh": name, "report": failure.report()})
             self.spawn_child()
         return True
-    '''),
+    ''', clause='what it was spawned as'),
     Mutant("Supervisor.__supervise__", "takes every failure for a death of its child, Monarch's own meshes too", '''
         self.failures.append({"generation": self.generation, "mesh": str(failure.mesh_name), "report": failure.report()})
         self.spawn_child()
         return True
-    '''),
+    ''', clause='meshes monarch runs for itself'),
     Mutant("Supervisor.__supervise__", "records the generation after respawning", '''
         if spawned_as(failure) == self.child_name:
             self.spawn_child()
             self.failures.append({"generation": self.generation, "mesh": str(failure.mesh_name),
                                   "report": failure.report()})
         return True
-    '''),
+    ''', clause='before you respawn'),
     Mutant("classify", "waits with the blocking .get(), the habit of chapters 01-04, in async code (a learner's)", '''
         try:
             return Outcome("ok", future.get(timeout=timeout), where)
@@ -65,7 +65,7 @@ MUTANTS = [
             return Outcome("died", err, where)
         except TimeoutError as err:
             return Outcome("timeout", err, where)
-    '''),
+    ''', clause='blocking .get()'),
     Mutant("classify", "waits the module's TIMEOUT, whatever timeout it was given", '''
         try:
             return Outcome("ok", await asyncio.wait_for(future, TIMEOUT), where)
@@ -75,13 +75,13 @@ MUTANTS = [
             return Outcome("died", err, where)
         except TimeoutError as err:
             return Outcome("timeout", err, where)
-    '''),
+    ''', clause='timeout as given'),
     Mutant("Supervisor.__supervise__", "records the death but never respawns", '''
         if spawned_as(failure) == self.child_name:
             self.failures.append({"generation": self.generation, "mesh": str(failure.mesh_name),
                                   "report": failure.report()})
         return True
-    '''),
+    ''', clause='has not replaced the dead child'),
     Mutant("Supervisor.__supervise__", "passes every failure but its child's up the tree", '''
         if spawned_as(failure) == self.child_name:
             self.failures.append({"generation": self.generation, "mesh": str(failure.mesh_name),
@@ -89,7 +89,7 @@ MUTANTS = [
             self.spawn_child()
             return True
         return False
-    '''),
+    ''', clause='answers true for every failure'),
     Mutant("Supervisor.__supervise__",
            "knows Monarch's own meshes by the name logger... and passes up the rest (the rule Monarch 0.8 broke)", '''
         name = str(failure.mesh_name)
@@ -98,7 +98,7 @@ MUTANTS = [
             self.spawn_child()
             return True
         return name.startswith("logger")
-    '''),
+    ''', clause='whatever its name'),
     Mutant("Supervisor.__supervise__",
            "knows every child it ever spawned, so a death reported twice is replaced twice", '''
         spawned = {f"child_g{generation}" for generation in range(1, self.generation + 1)}
@@ -107,7 +107,7 @@ MUTANTS = [
                                   "report": failure.report()})
             self.spawn_child()
         return True
-    '''),
+    ''', clause='self.child_name'),
     Mutant("classify", "hands back str(error) as an endpoint error's value (a learner's)", '''
         try:
             return Outcome("ok", await asyncio.wait_for(future, timeout), where)
@@ -117,7 +117,7 @@ MUTANTS = [
             return Outcome("died", err, where)
         except TimeoutError as err:
             return Outcome("timeout", err, where)
-    '''),
+    ''', clause='the exception itself'),
     Mutant("classify", "gives a death the value None (a learner's)", '''
         try:
             return Outcome("ok", await asyncio.wait_for(future, timeout), where)
@@ -127,7 +127,7 @@ MUTANTS = [
             return Outcome("died", None, where)
         except TimeoutError as err:
             return Outcome("timeout", err, where)
-    '''),
+    ''', clause='the exception itself'),
     Mutant("classify", "catches asyncio.CancelledError as a timeout, so a cancel is swallowed (a learner's)", '''
         try:
             return Outcome("ok", await asyncio.wait_for(future, timeout), where)
@@ -137,7 +137,7 @@ MUTANTS = [
             return Outcome("died", err, where)
         except (TimeoutError, asyncio.CancelledError) as err:
             return Outcome("timeout", err, where)
-    '''),
+    ''', clause='a cancellation is not a timeout'),
     # From a second independent set (each one caught by a clause test added for it):
     Mutant('classify', 'catches any RuntimeError as a death: unrelated RuntimeErrors no longer propagate', '''
         try:
@@ -148,7 +148,7 @@ MUTANTS = [
             return Outcome("died", err, where)
         except TimeoutError as err:
             return Outcome("timeout", err, where)
-    '''),
+    ''', clause='not a base class'),
 ]
 
 
@@ -163,7 +163,7 @@ except SupervisionError as err:
     return Outcome("died", err, where)
 except TimeoutError as err:
     return Outcome("timeout", err, where)
-'''),
+''', clause='fractions too'),
 ]
 
 
@@ -178,7 +178,7 @@ except SupervisionError as err:
     return Outcome("died", err, where)
 except TimeoutError as err:
     return Outcome("timeout", err, where)
-'''),
+''', clause='a timeout of 0 waits not at all'),
     Mutant('Supervisor.__supervise__', "gives up respawning after three deaths (a restart budget): breaks 'The current child's failure: ... start the next generation' on the 4th death", '''
 if spawned_as(failure) == self.child_name:
     self.failures.append({"generation": self.generation, "mesh": str(failure.mesh_name),
@@ -186,7 +186,7 @@ if spawned_as(failure) == self.child_name:
     if len(self.failures) < 4:
         self.spawn_child()
 return True
-'''),
+''', clause='however many came before it'),
 ]
 
 
@@ -198,5 +198,5 @@ MUTANTS += [
                               "report": failure.report()})
         self.spawn_child()
     return True
-'''),
+''', clause='is not the child'),
 ]

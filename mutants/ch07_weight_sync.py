@@ -37,12 +37,12 @@ PULL = '''
 
 MUTANTS = [
     Mutant("WeightStore.claim", "may hand out the latest version's slot",
-           CLAIM.replace("    if self.latest is not None:\n        busy.add(self.latest[1])\n", "")),
-    Mutant("WeightStore.claim", "ignores the leases", CLAIM.replace(" | {slot for slot, _ in self.leases.values()}", "")),
+           CLAIM.replace("    if self.latest is not None:\n        busy.add(self.latest[1])\n", ""), clause="latest version's slot"),
+    Mutant("WeightStore.claim", "ignores the leases", CLAIM.replace(" | {slot for slot, _ in self.leases.values()}", ""), clause='under a lease'),
     Mutant("WeightStore.claim", "never drops an expired lease",
-           CLAIM.replace("        if now - since > self.lease_timeout_s:\n", "        if False:\n")),
+           CLAIM.replace("        if now - since > self.lease_timeout_s:\n", "        if False:\n"), clause='drops them'),
     Mutant("WeightStore.claim", "does not mark the slot as being written",
-           CLAIM.replace("            self.writing.add(slot)\n", "")),
+           CLAIM.replace("            self.writing.add(slot)\n", ""), clause='being written'),
     Mutant("WeightPublisher.publish", "waits for a free slot instead of skipping", '''
         slot = await asyncio.wait_for(self.store.claim.call_one(), self.timeout)
         while slot is None:
@@ -51,7 +51,7 @@ MUTANTS = [
         self.staging.start(state_dict, slot, version)
         self.version = version
         return version
-    '''),
+    ''', clause='skip at once'),
     Mutant("WeightPublisher.publish", "forgets to remember the version it published", '''
         slot = await asyncio.wait_for(self.store.claim.call_one(), self.timeout)
         if slot is None:
@@ -59,7 +59,7 @@ MUTANTS = [
             return None
         self.staging.start(state_dict, slot, version)
         return version
-    '''),
+    ''', clause='record each version published'),
     Mutant("WeightPublisher.publish", "answers the version even when it skipped", '''
         slot = await asyncio.wait_for(self.store.claim.call_one(), self.timeout)
         if slot is None:
@@ -68,7 +68,7 @@ MUTANTS = [
         self.staging.start(state_dict, slot, version)
         self.version = version
         return version
-    '''),
+    ''', clause='must skip'),
     Mutant("SnapshotReader.pull_and_load", "gives the lease back only when the load succeeded", '''
         snapshot = await asyncio.wait_for(self.store.acquire.call_one(self.version), self.timeout)
         if snapshot is None:
@@ -77,7 +77,7 @@ MUTANTS = [
         await asyncio.wait_for(self.store.release.call_one(snapshot.lease), self.timeout)
         self.version = snapshot.version
         return snapshot.version
-    '''),
+    ''', clause='load again'),
     Mutant("SnapshotReader.pull_and_load", "ignores a lost lease and keeps what it loaded", '''
         snapshot = await asyncio.wait_for(self.store.acquire.call_one(self.version), self.timeout)
         if snapshot is None:
@@ -88,9 +88,9 @@ MUTANTS = [
             await asyncio.wait_for(self.store.release.call_one(snapshot.lease), self.timeout)
         self.version = snapshot.version
         return snapshot.version
-    '''),
+    ''', clause='load again'),
     Mutant("SnapshotReader.pull_and_load", "asks for anything newer than version 0, every time",
-           PULL.replace("acquire.call_one(self.version)", "acquire.call_one(0)")),
+           PULL.replace("acquire.call_one(self.version)", "acquire.call_one(0)"), clause='newer than self.version'),
     Mutant("SnapshotReader.pull_and_load", "gives the lease back before loading", '''
         snapshot = await asyncio.wait_for(self.store.acquire.call_one(self.version), self.timeout)
         if snapshot is None:
@@ -99,7 +99,7 @@ MUTANTS = [
         await self.load(snapshot, halfway)
         self.version = snapshot.version
         return snapshot.version
-    '''),
+    ''', clause='only after the load'),
     Mutant("WeightStore.claim", "works out the busy slots before dropping expired leases (a learner's)", '''
         now = time.monotonic()
         busy = set(self.writing) | {slot for slot, _ in self.leases.values()}
@@ -115,10 +115,10 @@ MUTANTS = [
                 return slot
         self.counts["skipped_claims"] += 1
         return None
-    '''),
-    Mutant("WeightStore.claim", "does not count a skipped claim", CLAIM.replace('    self.counts["skipped_claims"] += 1\n', "")),
+    ''', clause='drop them first'),
+    Mutant("WeightStore.claim", "does not count a skipped claim", CLAIM.replace('    self.counts["skipped_claims"] += 1\n', ""), clause='skipped claim'),
     Mutant("WeightStore.claim", "drops an expired lease without counting it",
-           CLAIM.replace('            self.counts["expired_leases"] += 1\n', "")),
+           CLAIM.replace('            self.counts["expired_leases"] += 1\n', ""), clause='counts once'),
     Mutant("WeightPublisher.publish", "asks the store with no timeout (a learner's)", '''
         slot = await self.store.claim.call_one()
         if slot is None:
@@ -127,7 +127,7 @@ MUTANTS = [
         self.staging.start(state_dict, slot, version)
         self.version = version
         return version
-    '''),
+    ''', clause='wait at most self.timeout'),
     Mutant("WeightPublisher.publish", "waits for the copy to be done before answering", '''
         slot = await asyncio.wait_for(self.store.claim.call_one(), self.timeout)
         if slot is None:
@@ -137,15 +137,15 @@ MUTANTS = [
         await self.staging.finish()
         self.version = version
         return version
-    '''),
+    ''', clause='do not wait for the copy'),
     Mutant("SnapshotReader.pull_and_load", "asks the store with no timeout",
            PULL.replace("await asyncio.wait_for(self.store.acquire.call_one(self.version), self.timeout)",
-                        "await self.store.acquire.call_one(self.version)")),
+                        "await self.store.acquire.call_one(self.version)"), clause='wait at most self.timeout'),
     Mutant("SnapshotReader.pull_and_load", "gives the lease back without waiting for the answer", PULL.replace(
         "            held = await asyncio.wait_for(self.store.release.call_one(snapshot.lease), self.timeout)\n",
-        "            held = self.store.release.call_one(snapshot.lease)\n")),
+        "            held = self.store.release.call_one(snapshot.lease)\n"), clause="await release's answer"),
     Mutant("SnapshotReader.pull_and_load", "keeps loading for as long as leases expire",
-           PULL.replace("    for _ in range(self.attempts):", "    while True:")),
+           PULL.replace("    for _ in range(self.attempts):", "    while True:"), clause='stop after self.attempts'),
     Mutant("WeightPublisher.publish", "waits for the claim with a blocking .get() inside async code (a learner's)", '''
         slot = self.store.claim.call_one().get(timeout=self.timeout)
         if slot is None:
@@ -154,10 +154,10 @@ MUTANTS = [
         self.staging.start(state_dict, slot, version)
         self.version = version
         return version
-    '''),
+    ''', clause='blocking .get()'),
     Mutant("SnapshotReader.pull_and_load", "gives the lease back with no timeout (a learner's)", PULL.replace(
         "            held = await asyncio.wait_for(self.store.release.call_one(snapshot.lease), self.timeout)\n",
-        "            held = await self.store.release.call_one(snapshot.lease)\n")),
+        "            held = await self.store.release.call_one(snapshot.lease)\n"), clause='waits at most self.timeout'),
     Mutant("SnapshotReader.pull_and_load", "passes `halfway` to the first load only (a learner's)", '''
         for attempt in range(self.attempts):
             snapshot = await asyncio.wait_for(self.store.acquire.call_one(self.version), self.timeout)
@@ -172,10 +172,10 @@ MUTANTS = [
                 return snapshot.version
             self.lost_leases += 1
         raise RuntimeError("the lease kept expiring")
-    '''),
+    ''', clause='pass halfway to every load'),
     Mutant("SnapshotReader.pull_and_load", "waits for acquire with a blocking .get() inside async code", PULL.replace(
         "await asyncio.wait_for(self.store.acquire.call_one(self.version), self.timeout)",
-        "self.store.acquire.call_one(self.version).get(timeout=self.timeout)")),
+        "self.store.acquire.call_one(self.version).get(timeout=self.timeout)"), clause='blocking .get()'),
     # From a second independent set (each one caught by a clause test added for it):
     Mutant('WeightStore.claim', 'counts one expiry per claim however many leases expired at once', '''
         now = time.monotonic()
@@ -193,7 +193,7 @@ MUTANTS = [
                 return slot
         self.counts["skipped_claims"] += 1
         return None
-    '''),
+    ''', clause='each one dropped counts once'),
     Mutant('WeightPublisher.publish', 'a skip starts its own background retry (retry_until_free) instead of just answering None', '''
         slot = await asyncio.wait_for(self.store.claim.call_one(), self.timeout)
         if slot is None:
@@ -204,7 +204,7 @@ MUTANTS = [
         self.staging.start(state_dict, slot, version)
         self.version = version
         return version
-    '''),
+    ''', clause='starts nothing'),
     Mutant('SnapshotReader.pull_and_load', 'after a lost lease asks only for something newer than the torn version: answers None', '''
         newer_than = self.version
         for _ in range(self.attempts):
@@ -222,7 +222,7 @@ MUTANTS = [
             newer_than = snapshot.version
         raise RuntimeError(f"the lease expired during each of {self.attempts} loads: our weights may be torn. "
                            "Raise the store's lease_timeout_s above the time a load takes.")
-    '''),
+    ''', clause='anything newer than self.version'),
     Mutant('SnapshotReader.pull_and_load', 'bounds the reloads by the lifetime lost_leases counter, not per call', '''
         while True:
             snapshot = await asyncio.wait_for(self.store.acquire.call_one(self.version), self.timeout)
@@ -238,7 +238,7 @@ MUTANTS = [
             self.lost_leases += 1
             if self.lost_leases >= self.attempts:
                 raise RuntimeError(f"the lease expired during {self.lost_leases} loads")
-    '''),
+    ''', clause='lifetime count, not the bound'),
 ]
 
 
@@ -258,7 +258,7 @@ for _ in range(3):
         return snapshot.version
     self.lost_leases += 1
 raise RuntimeError("the lease expired during each of 3 loads")
-'''),
+''', clause='stop after self.attempts'),
 ]
 
 
@@ -284,7 +284,7 @@ MUTANTS += [
             return free[0]
         self.counts["skipped_claims"] += 1
         return None
-'''),
+''', clause='every claim drops the leases'),
     Mutant('WeightStore.claim', "assigns the number of leases that expired in this claim to counts['expired_leases'] instead of adding it: expiries noticed by two different claims count 1, not 2 (breaks 'count it in counts['expired_leases']', a running count)", '''
         now = time.monotonic()
         expired = [lease for lease, (_, since) in self.leases.items() if now - since > self.lease_timeout_s]
@@ -301,7 +301,7 @@ MUTANTS += [
                 return slot
         self.counts["skipped_claims"] += 1
         return None
-'''),
+''', clause='the count runs on'),
     Mutant('SnapshotReader.pull_and_load', "gives the lease back in `except Exception` instead of `finally`: a pull cancelled in the middle of its load (CancelledError) keeps its lease, blocking the slot (breaks 'give the lease back whatever happens')", '''
         for _ in range(self.attempts):
             snapshot = await asyncio.wait_for(self.store.acquire.call_one(self.version), self.timeout)
@@ -319,7 +319,7 @@ MUTANTS += [
             self.lost_leases += 1
         raise RuntimeError(f"the lease expired during each of {self.attempts} loads: our weights may be torn. "
                            "Raise the store's lease_timeout_s above the time a load takes.")
-'''),
+''', clause='whatever happens'),
 ]
 
 
@@ -336,7 +336,7 @@ if slot is None:
 self.staging.start(state_dict, slot, version)
 self.version = version
 return version
-'''),
+''', clause='no answer in time is an error'),
 ]
 
 # The tenth independent set (input classes) found this one; a clause test now holds it.
@@ -358,7 +358,7 @@ MUTANTS += [
                 return slot
         self.counts["skipped_claims"] += 1
         return None
-'''),
+''', clause='dropped on its own'),
 ]
 MUTANTS += [
     Mutant("WeightStore.claim", "drops a lease exactly lease_timeout_s old ('older than' taken as >=)", '''
@@ -376,7 +376,7 @@ MUTANTS += [
                 return slot
         self.counts["skipped_claims"] += 1
         return None
-'''),
+''', clause='not older than it'),
 ]
 
 # The eleventh independent set (language and library pitfalls) found this one; it now has a clause test.
@@ -391,10 +391,10 @@ MUTANTS += [
     asyncio.get_running_loop().run_in_executor(None, self.staging.start, state_dict, slot, version)
     self.version = version
     return version
-'''),
+''', clause='before answering'),
     # From a mechanical set (one operator at one site of the solution; each caught by a test extended for it):
     Mutant("WeightStore.claim", "sets counts['skipped_claims'] to 1 instead of adding one",
-           CLAIM.replace('self.counts["skipped_claims"] += 1', 'self.counts["skipped_claims"] = 1')),
+           CLAIM.replace('self.counts["skipped_claims"] += 1', 'self.counts["skipped_claims"] = 1'), clause='adds one skipped claim'),
     Mutant("WeightPublisher.publish", "sets self.skipped to 1 instead of adding one", '''
     slot = await asyncio.wait_for(self.store.claim.call_one(), self.timeout)
     if slot is None:
@@ -403,5 +403,5 @@ MUTANTS += [
     self.staging.start(state_dict, slot, version)
     self.version = version
     return version
-    '''),
+    ''', clause='adds one to self.skipped'),
 ]

@@ -49,16 +49,16 @@ PICK = '''
 
 MUTANTS = [
     Mutant("Episode.append_turn", "leaves the environment's tokens in the loss (mask 1 on every token)",
-           APPEND.replace("[1.0 if policy else 0.0] * len(ids)", "[1.0] * len(ids)")),
+           APPEND.replace("[1.0 if policy else 0.0] * len(ids)", "[1.0] * len(ids)"), clause='mask 0'),
     Mutant("Episode.append_turn", "one mask entry per turn instead of per token", APPEND.replace(
-        "self.mask += [1.0 if policy else 0.0] * len(ids)", "self.mask.append(1.0 if policy else 0.0)")),
+        "self.mask += [1.0 if policy else 0.0] * len(ids)", "self.mask.append(1.0 if policy else 0.0)"), clause='one entry per token'),
     Mutant("Episode.append_turn", "gives the tool's tokens the version of the last policy turn", APPEND.replace(
         "self.versions += [version if policy else -1] * len(ids)",
-        "self.versions += [version if policy else (self.versions[-1] if self.versions else -1)] * len(ids)")),
+        "self.versions += [version if policy else (self.versions[-1] if self.versions else -1)] * len(ids)"), clause='-1 elsewhere'),
     Mutant("Episode.version", "takes the lag from the newest token, not the oldest",
-           "return max(v for v, owner in zip(self.versions, self.mask) if owner)"),
-    Mutant("Episode.version", "counts the environment's tokens (version -1) too", "return min(self.versions)"),
-    Mutant("Episode.version", "the version of the first token, whoever wrote it", "return self.versions[0]"),
+           "return max(v for v, owner in zip(self.versions, self.mask) if owner)", clause='oldest policy token'),
+    Mutant("Episode.version", "counts the environment's tokens (version -1) too", "return min(self.versions)", clause="environment's tokens have no version"),
+    Mutant("Episode.version", "the version of the first token, whoever wrote it", "return self.versions[0]", clause='a tool reply before the first policy turn changes nothing'),
     Mutant("run_episode", "keeps the transcript as text and encodes it again each turn", '''
         transcript = ""
         for _ in range(limits.max_turns):
@@ -83,33 +83,33 @@ MUTANTS = [
             episode.append_turn(everything[len(turn.ids):])
         episode.ended = "turns"
         return episode
-    '''),
+    ''', clause='encoded again from text'),
     Mutant("run_episode", "drops the turn's stop token, the separator before the tool's reply", LOOP.replace(
         "        episode.append_turn(turn.ids, turn.logprobs, turn.version)\n        kind, request",
         "        ids = turn.ids[:-1] if turn.ids[-1:] == [task.stop_ids[0]] else turn.ids\n"
-        "        episode.append_turn(ids, turn.logprobs[:len(ids)], turn.version)\n        kind, request")),
+        "        episode.append_turn(ids, turn.logprobs[:len(ids)], turn.version)\n        kind, request"), clause='their stop token too'),
     Mutant("run_episode", "calls the first tool worker directly: no retry on another worker", LOOP.replace(
         'reply = await tools.route("call", prompt.table, request)',
-        "reply = await tools.replicas[0].actor.call.call_one(prompt.table, request)")),
+        "reply = await tools.replicas[0].actor.call.call_one(prompt.table, request)"), clause='tools.route'),
     Mutant("run_episode", "never stops on the turn limit", LOOP.replace(
-        "    for _ in range(limits.max_turns):", "    while True:")),
+        "    for _ in range(limits.max_turns):", "    while True:"), clause='max_turns=3 means 3 policy turns'),
     Mutant("run_episode", "asks for max_new tokens whatever room is left", LOOP.replace(
-        "min(limits.max_new, room)", "limits.max_new")),
+        "min(limits.max_new, room)", "limits.max_new"), clause='room left under max_tokens'),
     Mutant("LeastLoadedService.next_replica", "round robin, where least loaded was asked",
-           "return Service.next_replica(self, exclude)"),
+           "return Service.next_replica(self, exclude)", clause='nothing in flight'),
     Mutant("LeastLoadedService.next_replica", "breaks ties by the lowest index, not round robin", '''
         candidates = [r for r in self.replicas if r.healthy and r.index not in exclude]
         if not candidates:
             return None
         return min(candidates, key=lambda replica: (replica.in_flight, replica.index))
-    '''),
+    ''', clause='a tie goes to the first replica at or after the cursor'),
     Mutant("LeastLoadedService.next_replica", "forgets that an unhealthy replica is out",
-           PICK.replace("if r.healthy and r.index not in exclude", "if r.index not in exclude")),
+           PICK.replace("if r.healthy and r.index not in exclude", "if r.index not in exclude"), clause='unhealthy replica is never picked'),
     Mutant("Episode.append_turn", "tells a policy turn by `if version:`: a version-0 turn becomes the "
            "environment's, never trained (a learner's)",
-           APPEND.replace("policy = logprobs is not None", "policy = bool(version)")),
+           APPEND.replace("policy = logprobs is not None", "policy = bool(version)"), clause='told by its log-probabilities alone'),
     Mutant("Episode.append_turn", "accepts log-probabilities that do not match the tokens", APPEND.replace(
-        "    raise ValueError(f\"{len(ids)} tokens but {len(logprobs)} log-probabilities\")", "    pass")),
+        "    raise ValueError(f\"{len(ids)} tokens but {len(logprobs)} log-probabilities\")", "    pass"), clause='one-for-one check'),
     Mutant("Episode.append_turn", "appends the tokens before checking their log-probabilities", '''
         policy = logprobs is not None
         self.ids += ids
@@ -118,36 +118,36 @@ MUTANTS = [
         self.mask += [1.0 if policy else 0.0] * len(ids)
         self.logprobs += list(logprobs) if policy else [0.0] * len(ids)
         self.versions += [version if policy else -1] * len(ids)
-    '''),
+    ''', clause='check before changing any list'),
     Mutant("Episode.version", "skips version 0 with the environment's -1 (`if v > 0`)",
-           "return min(v for v in self.versions if v > 0)"),
+           "return min(v for v in self.versions if v > 0)", clause='a token sampled by version 0 is a policy token'),
     Mutant("Episode.version", "the version of the first policy turn, taken to be the oldest",
-           "return next(v for v, owner in zip(self.versions, self.mask) if owner)"),
+           "return next(v for v, owner in zip(self.versions, self.mask) if owner)", clause='take the oldest'),
     Mutant("Episode.version", "tells policy tokens by a non-zero log-probability",
-           "return min(v for v, logprob in zip(self.versions, self.logprobs) if logprob)"),
+           "return min(v for v, logprob in zip(self.versions, self.logprobs) if logprob)", clause='one of mask 1'),
     Mutant("run_episode", "an empty reply when the tool call fails (a learner's)", LOOP.replace(
         '        reply = await tools.route("call", prompt.table, request)\n',
         '        try:\n            reply = await tools.route("call", prompt.table, request)\n'
-        '        except Exception:\n            reply = ""\n')),
+        '        except Exception:\n            reply = ""\n'), clause='let the error out'),
     Mutant("run_episode", "its own fixed timeout around the tool call (a learner's)", LOOP.replace(
         'reply = await tools.route("call", prompt.table, request)',
         'reply = await asyncio.wait_for(tools.route("call", prompt.table, request), 0.5)').replace(
-        "    for _ in range", "    import asyncio\n    for _ in range")),
+        "    for _ in range", "    import asyncio\n    for _ in range"), clause='add no timeout of your own'),
     Mutant("run_episode", "asks the tool for the prompt's letter, not the policy's request (a learner's)",
-           LOOP.replace('tools.route("call", prompt.table, request)', 'tools.route("call", prompt.table, prompt.name)')),
+           LOOP.replace('tools.route("call", prompt.table, request)', 'tools.route("call", prompt.table, prompt.name)'), clause='what task.parse reads'),
     Mutant("run_episode", "`room < 0`: an episode at exactly max_tokens gets another turn (a learner's)",
-           LOOP.replace("if room <= 0:", "if room < 0:")),
+           LOOP.replace("if room <= 0:", "if room < 0:"), clause='no room left'),
     Mutant("run_episode", "drops the turn's version: every turn recorded as version 0",
            LOOP.replace("episode.append_turn(turn.ids, turn.logprobs, turn.version)",
-                        "episode.append_turn(turn.ids, turn.logprobs, 0)")),
+                        "episode.append_turn(turn.ids, turn.logprobs, 0)"), clause='pass turn.logprobs and turn.version'),
     Mutant("run_episode", "the last turn allowed ends on the turn limit before it is read", LOOP.replace(
         "    for _ in range(limits.max_turns):", "    for number in range(limits.max_turns):").replace(
         "        kind, request = task.parse(task.decode(turn.ids))\n",
         "        if number == limits.max_turns - 1:\n            break\n"
-        "        kind, request = task.parse(task.decode(turn.ids))\n")),
+        "        kind, request = task.parse(task.decode(turn.ids))\n"), clause='the last one too'),
     Mutant("run_episode", "shows the policy only its own tokens, not the tool's replies", LOOP.replace(
         "episode.prompt_ids + episode.ids,",
-        "episode.prompt_ids + [t for t, m in zip(episode.ids, episode.mask) if m],")),
+        "episode.prompt_ids + [t for t, m in zip(episode.ids, episode.mask) if m],"), clause='show the policy the prompt and every token'),
     Mutant("LeastLoadedService.next_replica", "ties by distance from the cursor, without wrapping around", '''
         candidates = [r for r in self.replicas if r.healthy and r.index not in exclude]
         if not candidates:
@@ -155,14 +155,14 @@ MUTANTS = [
         best = min(candidates, key=lambda replica: (replica.in_flight, replica.index - self.cursor))
         self.cursor = (best.index + 1) % len(self.replicas)
         return best
-    '''),
+    ''', clause='wrapping past the last'),
     Mutant("LeastLoadedService.next_replica", "moves the cursor one step on, not just past the pick",
-           PICK.replace("self.cursor = (best.index + 1) % count", "self.cursor = (self.cursor + 1) % count")),
+           PICK.replace("self.cursor = (best.index + 1) % count", "self.cursor = (self.cursor + 1) % count"), clause='just past the replica picked'),
     Mutant("run_episode", "grows episode.prompt_ids in place (`+=`) to build each turn's input",
            LOOP.replace('''        turn = await policy.route("generate_turn", episode.prompt_ids + episode.ids, min(limits.max_new, room))''',
                         '''        context = episode.prompt_ids
         context += episode.ids
-        turn = await policy.route("generate_turn", context, min(limits.max_new, room))''')),
+        turn = await policy.route("generate_turn", context, min(limits.max_new, room))'''), clause='as a new list'),
     # From a second independent set (each one caught by a clause test added for it):
     Mutant('Episode.append_turn', 'policy decided by the truthiness of logprobs: an empty list for a non-empty turn is taken as an environment turn instead of refused', '''
         policy = bool(logprobs)
@@ -172,7 +172,7 @@ MUTANTS = [
         self.mask += [1.0 if policy else 0.0] * len(ids)
         self.logprobs += list(logprobs) if policy else [0.0] * len(ids)
         self.versions += [version if policy else -1] * len(ids)
-    '''),
+    ''', clause='an empty list is log-probabilities too'),
     Mutant('Episode.append_turn', "only too few log-probabilities refused; extra ones are cut to the tokens' length", '''
         policy = logprobs is not None
         if policy and len(logprobs) < len(ids):
@@ -181,12 +181,12 @@ MUTANTS = [
         self.mask += [1.0 if policy else 0.0] * len(ids)
         self.logprobs += list(logprobs)[:len(ids)] if policy else [0.0] * len(ids)
         self.versions += [version if policy else -1] * len(ids)
-    '''),
+    ''', clause='neither fewer nor more'),
     Mutant('Episode.version', 'memoised on first read: a later turn from older weights never lowers it', '''
         if "_oldest" not in self.__dict__:
             self.__dict__["_oldest"] = min(v for v, owner in zip(self.versions, self.mask) if owner)
         return self.__dict__["_oldest"]
-    '''),
+    ''', clause='at each read'),
     # From a third independent set (each one caught by a clause test added for it):
     Mutant('Episode.append_turn', 'an environment turn given a version keeps it instead of -1', '''
         policy = logprobs is not None
@@ -196,7 +196,7 @@ MUTANTS = [
         self.mask += [1.0 if policy else 0.0] * len(ids)
         self.logprobs += list(logprobs) if policy else [0.0] * len(ids)
         self.versions += [version if version is not None else -1] * len(ids)
-    '''),
+    ''', clause='version -1'),
     Mutant('Episode.append_turn', "mask set per token from the log-probability: a policy token sampled with log-prob 0.0 counts as the environment's", '''
         policy = logprobs is not None
         if policy and len(logprobs) != len(ids):
@@ -205,7 +205,7 @@ MUTANTS = [
         self.mask += [1.0 if lp != 0.0 else 0.0 for lp in logprobs] if policy else [0.0] * len(ids)
         self.logprobs += list(logprobs) if policy else [0.0] * len(ids)
         self.versions += [version if policy else -1] * len(ids)
-    '''),
+    ''', clause='a log-probability of 0.0 too'),
     Mutant('Episode.append_turn', "the first turn's lists taken as the episode's own, uncopied: later turns grow the caller's lists", '''
         policy = logprobs is not None
         if policy and len(logprobs) != len(ids):
@@ -217,7 +217,7 @@ MUTANTS = [
         self.mask += [1.0 if policy else 0.0] * len(ids)
         self.logprobs += list(logprobs) if policy else [0.0] * len(ids)
         self.versions += [version if policy else -1] * len(ids)
-    '''),
+    ''', clause='appends copies'),
     Mutant('Episode.append_turn', 'the length check only for a turn with a version: a policy turn without one is not refused', '''
         policy = logprobs is not None
         if policy and version is not None and len(logprobs) != len(ids):
@@ -226,7 +226,7 @@ MUTANTS = [
         self.mask += [1.0 if policy else 0.0] * len(ids)
         self.logprobs += list(logprobs) if policy else [0.0] * len(ids)
         self.versions += [version if policy else -1] * len(ids)
-    '''),
+    ''', clause='one-for-one check'),
     Mutant('run_episode', 'the token budget checked after each tool reply: a full budget on the last turn ends as "tokens", not "turns"', '''
         for _ in range(limits.max_turns):
             room = limits.max_tokens - len(episode.ids)
@@ -247,7 +247,7 @@ MUTANTS = [
                 return episode
         episode.ended = "turns"
         return episode
-    '''),
+    ''', clause='said before a turn'),
     Mutant('run_episode', 'the budget spent by what each turn was allowed (max_new), not by the tokens it wrote', '''
         room = limits.max_tokens
         for _ in range(limits.max_turns):
@@ -267,7 +267,7 @@ MUTANTS = [
             episode.append_turn(reply_ids)
         episode.ended = "turns"
         return episode
-    '''),
+    ''', clause='minus the tokens the episode holds'),
     Mutant('LeastLoadedService.next_replica', 'ties broken by fewest requests served, not by round robin', '''
         count = len(self.replicas)
         in_order = [self.replicas[(self.cursor + step) % count] for step in range(count)]
@@ -277,7 +277,7 @@ MUTANTS = [
         best = min(candidates, key=lambda replica: (replica.in_flight, replica.served))
         self.cursor = (best.index + 1) % count
         return best
-    '''),
+    ''', clause='past served counts play no part'),
 ]
 
 
@@ -302,7 +302,7 @@ for _ in range(limits.max_turns):
     episode.append_turn(task.reply_ids(reply))
 episode.ended = "turns"
 return episode
-'''),
+''', clause='said only before a turn'),
     Mutant('LeastLoadedService.next_replica', 'the wrap-around stops one short: the replica just before the cursor is never a candidate', '''
 count = len(self.replicas)
 in_order = self.replicas[self.cursor:] + self.replicas[:self.cursor - 1]
@@ -312,7 +312,7 @@ if not candidates:
 best = min(candidates, key=lambda replica: replica.in_flight)
 self.cursor = (best.index + 1) % count
 return best
-'''),
+''', clause='the one just before the cursor too'),
 ]
 
 
@@ -337,7 +337,7 @@ for _ in range(limits.max_turns):
     episode.append_turn(task.reply_ids(reply))
 episode.ended = "turns"
 return episode
-'''),
+''', clause='whatever its form'),
 ]
 
 
@@ -351,7 +351,7 @@ MUTANTS += [
     self.mask += [int(policy)] * len(ids)
     self.logprobs += list(logprobs) if policy else [0.0] * len(ids)
     self.versions += [version if policy else -1] * len(ids)
-'''),
+''', clause='floats'),
     Mutant('run_episode', "wraps each tool call in its own 10 s asyncio.wait_for (breaks 'the tools' Service alone bounds a call's time: add no timeout of your own')", '''
     import asyncio
     for _ in range(limits.max_turns):
@@ -369,7 +369,7 @@ MUTANTS += [
         episode.append_turn(task.reply_ids(reply))
     episode.ended = "turns"
     return episode
-'''),
+''', clause='add no timeout of your own'),
     Mutant('run_episode', "keeps one running context list and passes that same list to every policy call, extending it in place: the ids an earlier call received change afterwards (breaks 'the prompt and episode so far' per call)", '''
     context = episode.prompt_ids + episode.ids
     for _ in range(limits.max_turns):
@@ -390,7 +390,7 @@ MUTANTS += [
         context += reply_ids
     episode.ended = "turns"
     return episode
-'''),
+''', clause='never one running list'),
     Mutant('LeastLoadedService.next_replica', "moves the cursor by the best's position among the candidates, which skip unhealthy and excluded replicas (breaks 'the cursor moves just past it' when a replica before it was skipped)", '''
     count = len(self.replicas)
     in_order = [self.replicas[(self.cursor + step) % count] for step in range(count)]
@@ -400,7 +400,7 @@ MUTANTS += [
     best = min(candidates, key=lambda replica: replica.in_flight)
     self.cursor = (self.cursor + candidates.index(best) + 1) % count
     return best
-'''),
+''', clause='by its index, not by its place'),
     Mutant('LeastLoadedService.next_replica', "walks modulo the number of healthy replicas: with one down, a healthy replica of a higher index is never considered (breaks 'among the healthy replicas', wrap-around over all of them)", '''
     count = self.healthy_count()
     if count == 0:
@@ -412,7 +412,7 @@ MUTANTS += [
     best = min(candidates, key=lambda replica: replica.in_flight)
     self.cursor = (best.index + 1) % len(self.replicas)
     return best
-'''),
+''', clause='a healthy one past the number of healthy replicas'),
 ]
 
 
@@ -434,7 +434,7 @@ for _ in range(limits.max_turns):
     episode.append_turn(task.reply_ids(reply))
 episode.ended = "turns"
 return episode
-'''),
+''', clause='task.parse reads off'),
 ]
 
 
@@ -456,7 +456,7 @@ for _ in range(limits.max_turns):
     episode.append_turn(task.reply_ids(reply))
 episode.ended = "turns"
 return episode
-'''),
+''', clause='counts the tokens after the prompt'),
 ]
 
 
@@ -464,7 +464,7 @@ return episode
 MUTANTS += [
     Mutant("run_episode", "cuts a tool reply to the room left (breaks: the tools' replies whole, as reply_ids gives them)",
            LOOP.replace("episode.append_turn(task.reply_ids(reply))",
-                        "episode.append_turn(task.reply_ids(reply)[:limits.max_tokens - len(episode.ids)])")),
+                        "episode.append_turn(task.reply_ids(reply)[:limits.max_tokens - len(episode.ids)])"), clause='appended whole'),
     Mutant("run_episode", "catches the cancellation during a tool call and returns the episode (breaks: a cancelled "
            "episode stays cancelled)",
            LOOP.replace("\n    for _ in", "\n    import asyncio\n\n    for _ in", 1).replace('''        reply = await tools.route("call", prompt.table, request)
@@ -473,36 +473,36 @@ MUTANTS += [
         except asyncio.CancelledError:
             episode.ended = "cancelled"
             return episode
-''')),
+'''), clause='a cancelled episode stays cancelled'),
     # From a mechanical set (one operator at one site of the solution; caught by a test added for it):
     Mutant("run_episode", "one token of room left is taken for none: the episode ends a token early",
-           LOOP.replace("if room <= 0:", "if room <= 1:")),
+           LOOP.replace("if room <= 0:", "if room <= 1:"), clause='one token of room is left'),
     # Episode.trainable_mask (stretch): each breaks one clause of its contract
     Mutant("Episode.trainable_mask", "the whole episode bounded by its oldest token: all or nothing", '''
         oldest = min(v for v, owner in zip(self.versions, self.mask) if owner)
         keep = learner_version - oldest <= max_token_staleness
         return [owner if keep else 0.0 for owner in self.mask]
-'''),
+''', clause='bound each token on its own'),
     Mutant("Episode.trainable_mask", "a token at exactly the bound dropped (<)", '''
         return [owner if learner_version - version < max_token_staleness else 0.0
                 for owner, version in zip(self.mask, self.versions)]
-'''),
+''', clause='exactly the bound'),
     Mutant("Episode.trainable_mask", "1 for every token recent enough, the tool's replies too", '''
         return [1.0 if learner_version - version <= max_token_staleness else 0.0
                 for owner, version in zip(self.mask, self.versions)]
-'''),
+''', clause="start from the episode's mask"),
     Mutant("Episode.trainable_mask", "the lag as a distance (abs): a token newer than the learner dropped", '''
         return [owner if abs(learner_version - version) <= max_token_staleness else 0.0
                 for owner, version in zip(self.mask, self.versions)]
-'''),
+''', clause='a lag below 0'),
     Mutant("Episode.trainable_mask", "zeroes the old tokens in the episode's own mask", '''
         for i, version in enumerate(self.versions):
             if learner_version - version > max_token_staleness:
                 self.mask[i] = 0.0
         return self.mask
-'''),
+''', clause='leaves the episode as it was'),
     Mutant("Episode.trainable_mask", "the bound hard-coded to 1", '''
         return [owner if learner_version - version <= 1 else 0.0
                 for owner, version in zip(self.mask, self.versions)]
-'''),
+''', clause="the caller's max_token_staleness"),
 ]

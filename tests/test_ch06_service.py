@@ -10,7 +10,7 @@ import pytest
 from monarch.actor import ActorError
 
 from koans import harness
-from koans.testing import NEVER, STARTUP_TIMEOUT, TIMEOUT, StandIn, StuckForever, run_on_virtual_clock
+from koans.testing import NEVER, STARTUP_TIMEOUT, TIMEOUT, AwaitedStandIn, StandIn, StuckForever, run_on_virtual_clock
 
 
 @pytest.fixture(scope="module")
@@ -130,6 +130,7 @@ def test_next_replica_goes_round_robin_over_the_healthy_ones(four):
 
 
 @pytest.mark.todo("Service.next_replica")
+@pytest.mark.hint(3)
 def test_round_robin_resumes_after_a_skip(four):
     assert four.next_replica(exclude={0, 1}).index == 2, (
         "with replicas 0 and 1 excluded and the cursor at 0, next_replica did not return replica 2: answer the first "
@@ -138,6 +139,7 @@ def test_round_robin_resumes_after_a_skip(four):
 
 
 @pytest.mark.todo("Service.next_replica")
+@pytest.mark.hint(2)
 def test_the_search_starts_at_the_cursor_and_sees_each_replica_now_in_its_place(chapter, plumbing):
     """next_replica reads self.cursor and self.replicas afresh at every call: a cursor set by code outside
     next_replica is where it starts, and a replacement put at an index is what it finds there."""
@@ -193,6 +195,7 @@ def test_marking_takes_a_replica_out_once(four):
 
 
 @pytest.mark.todo("Service.mark_unhealthy")
+@pytest.mark.hint(2)
 def test_a_marked_replica_is_recovered_on_a_new_process_and_late_reports_change_nothing(make_service, aio):
     service = make_service()
 
@@ -244,6 +247,7 @@ def test_a_replica_being_replaced_is_out_of_rotation_meanwhile(chapter, plumbing
 
 
 @pytest.mark.todo("Service.mark_unhealthy")
+@pytest.mark.hint(3)
 def test_marking_adds_one_death_to_those_already_counted_at_that_index(four):
     replica = four.replicas[2]
     replica.failures = 2  # two deaths at index 2 before: a replacement carries its predecessors' count
@@ -255,6 +259,7 @@ def test_marking_adds_one_death_to_those_already_counted_at_that_index(four):
 
 
 @pytest.mark.todo("Service.mark_unhealthy")
+@pytest.mark.hint(2)
 def test_a_report_about_a_replica_no_longer_in_the_service_changes_nothing(chapter, plumbing):
     """Replica 1 was swapped for a new one while it still looked healthy (say, a planned restart), and then a
     request that had been waiting on the old one reports it dead. No Monarch process: stand-ins."""
@@ -296,6 +301,16 @@ def test_a_report_about_a_replica_no_longer_in_the_service_changes_nothing(chapt
 #  10. the caller's arguments reach the endpoint, keyword ones too
 #                                                                           -> test_a_replica_that_does_not_answer_in_time_is_retried_elsewhere_and_never_again
 #   9. sessions stick to their replica while it is healthy                 -> test_sessions_stick_and_move_only_when_their_replica_dies_and_fanout_skips_it
+
+
+@pytest.mark.todo("Service.route")
+@pytest.mark.hint(2)
+def test_route_awaits_each_call(chapter, plumbing):
+    """route is async code: a blocking .get() would stop the service's event loop, and every other request on it."""
+    replicas = [AwaitedStandIn(handle=lambda x: {"x": x, "y": x * x, "pid": 0}) for _ in range(2)]
+    service = service_here(chapter, plumbing, replicas, call_timeout=5.0)
+    assert run_on_virtual_clock(service.route("handle", 3))["y"] == 9, (
+        "route('handle', 3) on two healthy replicas did not return the reply {'y': 9, ...}: return the reply as it came")
 
 
 @pytest.mark.todo("Service.route")
@@ -400,6 +415,7 @@ def test_sessions_stick_and_move_only_when_their_replica_dies_and_fanout_skips_i
 
 
 @pytest.mark.todo("Service.route")
+@pytest.mark.hint(3)
 def test_an_endpoint_error_goes_back_to_the_caller_unretried(chapter, four, module_aio):
     try:
         with pytest.raises(ActorError, match="malformed"):
@@ -417,6 +433,7 @@ def test_an_endpoint_error_goes_back_to_the_caller_unretried(chapter, four, modu
 
 
 @pytest.mark.todo("Service.route")
+@pytest.mark.hint(3)
 def test_a_reply_that_looks_false_is_still_a_reply(chapter, plumbing):
     """None, 0, "" and {} are answers like any other: the first try returns them, and nothing is marked."""
     service = service_here(chapter, plumbing, [StandIn(handle=lambda x: x) for _ in range(2)], call_timeout=5.0)
@@ -439,6 +456,7 @@ def test_a_reply_that_looks_false_is_still_a_reply(chapter, plumbing):
 
 
 @pytest.mark.todo("Service.route")
+@pytest.mark.hint(3)
 def test_when_every_attempt_fails_the_error_lists_each_one(chapter, make_service, aio):
     # A death is reported in a second or two; the generous call timeout keeps a loaded machine from
     # turning a slow report into a "timeout".
@@ -486,7 +504,12 @@ def test_a_replica_that_does_not_answer_in_time_is_retried_elsewhere_and_never_a
     service = make_service(replicas=2, auto_recover=False)
     # One request first, its argument by keyword: replica 0 serves it, so this request starts at replica 1.
     # (With the default timeout: a fresh replica's first answer may be slow on a busy machine.)
-    assert aio.run(service.route("handle", x=3))["y"] == 9, "route passes the caller's keyword arguments on"
+    try:
+        reply = aio.run(service.route("handle", x=3))
+    except TypeError as err:
+        pytest.fail(f"route('handle', x=3) raised {err!r}: route passes the caller's keyword arguments on to the "
+                    "endpoint, as well as its positional ones")
+    assert reply["y"] == 9, f"route('handle', x=3) returned {reply!r}: route passes the caller's keyword arguments on"
     retries_before = service.snapshot()["retries"]
     service.call_timeout = 0.5  # the hanging calls below take 2 s
 
@@ -581,6 +604,7 @@ def test_a_late_failure_marks_the_replica_called_not_its_replacement(chapter, pl
 
 
 @pytest.mark.todo("Service.route")
+@pytest.mark.hint(2)
 def test_each_try_waits_the_services_call_timeout(chapter, plumbing):
     """Three replicas that never answer, call_timeout 5 s, on a virtual clock: the request gives up after three
     tries of 5 s each, at t=15, with one timeout per replica."""

@@ -123,6 +123,7 @@ def test_claim_hands_out_each_free_slot_once_then_skips(store_here):
 
 
 @pytest.mark.todo("WeightStore.claim")
+@pytest.mark.hint(3)
 def test_claim_never_answers_the_slot_of_the_latest_version(store_here):
     store = store_here(slots=2)
     slot = ask(store.claim)
@@ -131,6 +132,7 @@ def test_claim_never_answers_the_slot_of_the_latest_version(store_here):
 
 
 @pytest.mark.todo("WeightStore.claim")
+@pytest.mark.hint(3)
 def test_claim_never_answers_a_slot_a_reader_holds(store_here):
     store = store_here(slots=3)
     for version in (1, 2):  # v1 lands in one slot, v2 in another
@@ -153,6 +155,7 @@ def test_claim_never_answers_a_slot_a_reader_holds(store_here):
 
 
 @pytest.mark.todo("WeightStore.claim")
+@pytest.mark.hint(2)
 def test_a_lease_older_than_the_timeout_is_dropped_at_the_next_claim(store_here):
     store = store_here(slots=2, lease_timeout_s=0.0)  # every lease is already too old at the next claim
     ask(store.commit, ask(store.claim), 1, time.time())
@@ -179,6 +182,7 @@ def test_a_lease_older_than_the_timeout_is_dropped_at_the_next_claim(store_here)
 
 
 @pytest.mark.todo("WeightStore.claim")
+@pytest.mark.hint(2)
 def test_every_claim_drops_the_leases_expired_by_then(store_here):
     store = store_here(slots=3, lease_timeout_s=0.0)  # every lease is already too old at the next claim
     ask(store.commit, ask(store.claim), 1, time.time())
@@ -198,6 +202,7 @@ def test_every_claim_drops_the_leases_expired_by_then(store_here):
 
 
 @pytest.mark.todo("WeightStore.claim")
+@pytest.mark.hint(2)
 def test_an_expired_lease_takes_no_live_lease_with_it(chapter):
     store = chapter.WeightStore.__new__(chapter.WeightStore)  # the endpoint's code alone, in this process
     chapter.WeightStore.__init__(store, 60.0)
@@ -215,6 +220,7 @@ def test_an_expired_lease_takes_no_live_lease_with_it(chapter):
 
 
 @pytest.mark.todo("WeightStore.claim")
+@pytest.mark.hint(2)
 def test_a_lease_exactly_the_timeout_old_still_holds(chapter, monkeypatch):
     store = chapter.WeightStore.__new__(chapter.WeightStore)  # the endpoint's code alone, in this process
     chapter.WeightStore.__init__(store, 60.0)
@@ -262,6 +268,7 @@ def test_published_versions_reach_the_store_in_order(plumbing, weight_sync, aio)
 
 
 @pytest.mark.todo("WeightPublisher.publish")
+@pytest.mark.hint(3)
 def test_publish_skips_instead_of_waiting_when_every_slot_is_busy(chapter, plumbing, procs, aio):
     store = procs.slice(procs=0).spawn("store_skips", chapter.WeightStore)
     weights = {"w": torch.zeros(32)}
@@ -327,6 +334,7 @@ def gives_up_in_time(coroutine, limit_s=10.0) -> str:
 
 
 @pytest.mark.todo("WeightPublisher.publish")
+@pytest.mark.hint(2)
 def test_publish_waits_for_the_store_at_most_its_timeout(chapter):
     store = StandIn(register=lambda layout, offers: None, claim=NEVER)  # a store that never answers a claim
     publisher = chapter.WeightPublisher({"w": torch.zeros(8)}, store, timeout=0.2)
@@ -341,6 +349,7 @@ def test_publish_waits_for_the_store_at_most_its_timeout(chapter):
 
 
 @pytest.mark.todo("WeightPublisher.publish")
+@pytest.mark.hint(2)
 def test_publish_awaits_the_store_and_never_blocks_the_trainers_loop(chapter):
     """A store whose calls can only be awaited. A blocking .get() on the claim would work on a real store (Monarch
     only warns), but it stops the trainer's whole event loop until the store answers."""
@@ -358,6 +367,7 @@ def test_publish_awaits_the_store_and_never_blocks_the_trainers_loop(chapter):
 
 
 @pytest.mark.todo("WeightPublisher.publish")
+@pytest.mark.hint(3)
 def test_publish_starts_the_copy_itself_before_it_answers(chapter):
     """staging.start is called by publish itself, on the trainer's thread, before publish answers: the trainer
     may change its weights right after wait_staged(), which only waits for a copy already started. A start
@@ -608,6 +618,7 @@ def test_syncs_racing_training_are_never_torn_and_versions_only_increase(weight_
 
 
 @pytest.mark.todo("SnapshotReader.pull_and_load")
+@pytest.mark.hint(2)
 def test_pull_waits_for_the_store_at_most_its_timeout(chapter):
     reader = chapter.SnapshotReader(StandIn(acquire=NEVER), {"w": torch.zeros(8)}, timeout=0.2)
     outcome = gives_up_in_time(reader.pull_and_load())
@@ -616,6 +627,7 @@ def test_pull_waits_for_the_store_at_most_its_timeout(chapter):
 
 @pytest.mark.todo("SnapshotReader.pull_and_load")
 @pytest.mark.parametrize("attempts", [2, 4])
+@pytest.mark.hint(3)
 def test_a_reader_that_keeps_losing_its_lease_gives_up_after_its_attempts(chapter, attempts):
     snapshot = types.SimpleNamespace(version=3, lease=7)
     store = StandIn(acquire=lambda newer_than: snapshot, release=lambda lease: False)  # every lease was lost
@@ -659,6 +671,7 @@ def test_a_lost_lease_on_the_newest_version_loads_that_version_again(chapter):
 
 
 @pytest.mark.todo("SnapshotReader.pull_and_load")
+@pytest.mark.hint(3)
 def test_each_call_gets_its_own_attempts(chapter):
     """self.attempts bounds the loads of one call: leases lost in an earlier call do not count against a later one."""
     versions = iter([3, 3, 3, 4, 4])  # call 1: v3 lost twice, then kept; call 2: v4 lost once, then kept
@@ -686,6 +699,7 @@ def test_each_call_gets_its_own_attempts(chapter):
 
 
 @pytest.mark.todo("SnapshotReader.pull_and_load")
+@pytest.mark.hint(3)
 def test_pull_waits_for_a_release_at_most_its_timeout(chapter):
     """The store stops answering after handing out the lease (its process hung). On a virtual clock."""
     snapshot = types.SimpleNamespace(version=3, lease=7)
@@ -714,6 +728,7 @@ def test_pull_waits_for_a_release_at_most_its_timeout(chapter):
 
 
 @pytest.mark.todo("SnapshotReader.pull_and_load")
+@pytest.mark.hint(3)
 def test_a_pull_cancelled_in_the_middle_of_a_load_gives_its_lease_back(chapter):
     """The generator is shut down (its task cancelled) while it copies: the lease must still go back, or the
     slot stays blocked until the lease times out. On a virtual clock."""

@@ -67,6 +67,7 @@ def test_advantages_by_hand(chapter):
 
 
 @pytest.mark.todo("group_advantages")
+@pytest.mark.hint(2)
 def test_each_group_is_normalised_on_its_own(chapter):
     rewards = torch.tensor([[1.0, 2.0, 3.0], [10.0, 30.0, 20.0]])  # std 1 and std 10
     got = chapter.group_advantages(rewards, eps=0.0)
@@ -78,6 +79,7 @@ def test_each_group_is_normalised_on_its_own(chapter):
 
 
 @pytest.mark.todo("group_advantages")
+@pytest.mark.hint(3)
 def test_a_group_of_equal_rewards_teaches_nothing(chapter):
     advantages = chapter.group_advantages(torch.tensor([[0.7, 0.7, 0.7, 0.7], [0.0, 1.0, 0.0, 1.0]]))
     assert torch.isfinite(advantages).all(), "eps keeps a zero std from dividing by zero"
@@ -88,6 +90,7 @@ def test_a_group_of_equal_rewards_teaches_nothing(chapter):
 
 
 @pytest.mark.todo("group_advantages")
+@pytest.mark.hint(3)
 def test_a_group_of_one_teaches_nothing(chapter):
     advantages = chapter.group_advantages(torch.tensor([[0.7], [0.0]]))
     assert torch.isfinite(advantages).all() and close(advantages, [[0.0], [0.0]]), (
@@ -115,7 +118,9 @@ def test_advantages_on_random_groups(chapter):
             f"{worst(got, case['expected']):.5f}: each row's (reward - mean) / (sample std + eps), with the caller's eps"
             + (" (eps goes outside the root: std + eps, not sqrt(var + eps))" if same(
                 got, (rewards - rewards.mean(-1, keepdim=True)) / (rewards.var(-1, keepdim=True) + case["eps"]).sqrt())
-               else ""))
+               else "")
+            + (f" (a group of {rewards.shape[1]} has a sample std; only a group of one has none, and its advantage is 0)"
+               if rewards.shape[1] > 1 and same(got, (rewards - rewards.mean(-1, keepdim=True)) / case["eps"]) else ""))
 
 
 # --- TODO 2: grpo_loss ------------------------------------------------------------------------
@@ -185,6 +190,7 @@ def advantage_shape_problem(chapter) -> str:
 
 
 @pytest.mark.todo("grpo_loss")
+@pytest.mark.hint(3)
 def test_no_gradient_flows_through_a_clipped_token(chapter):
     logps, old, advantages, mask = one_token([1.5, 1.1], [1.0, 1.0])
     logps.requires_grad_(True)
@@ -197,6 +203,7 @@ def test_no_gradient_flows_through_a_clipped_token(chapter):
 
 
 @pytest.mark.todo("grpo_loss")
+@pytest.mark.hint(1)
 def test_masked_mean_counts_each_response_once_and_skips_padding(chapter):
     # response 0: two tokens with ratio 1.1, then padding; response 1: one token with ratio 0.9.
     # Padding holds wild values that must not count. Per response: 1.1 and 0.9; mean 1.0.
@@ -245,6 +252,7 @@ def test_the_callers_clip_bounds_the_objective(chapter, clip, ratio, advantage, 
 
 @pytest.mark.todo("grpo_loss")
 @pytest.mark.parametrize("clip, ratio, clipped", [(0.1, 1.15, 1.0), (0.3, 1.25, 0.0), (0.3, 0.75, 0.0), (0.05, 0.9, 1.0)])
+@pytest.mark.hint(3)
 def test_clip_fraction_counts_against_the_callers_clip(chapter, clip, ratio, clipped):
     logps, old, advantages, mask = one_token([ratio], [1.0])
     _, stats = chapter.grpo_loss(logps, old, advantages, mask, clip=clip)
@@ -266,6 +274,7 @@ def test_a_ratio_exactly_on_the_bands_edge_is_not_clipped(chapter, log_ratio):
 
 
 @pytest.mark.todo("grpo_loss")
+@pytest.mark.hint(3)
 def test_clip_fraction_is_a_mean_per_response(chapter):
     # response 0: one token, clipped (ratio 1.5); response 1: three tokens, none clipped (ratio 1).
     # Per response: 1/1 and 0/3, mean 0.5. (A mean over tokens would give 1/4.)
@@ -368,6 +377,7 @@ def toy_logits():
 
 
 @pytest.mark.todo("response_token_logprobs")
+@pytest.mark.hint(2)
 def test_each_response_token_is_read_off_the_position_before_it(chapter):
     responses, mask = torch.tensor([[0, 1, 2]]), torch.ones(1, 3)
     got = chapter.response_token_logprobs(toy_logits(), responses, mask)
@@ -398,6 +408,7 @@ def test_each_response_token_is_read_off_the_position_before_it(chapter):
 
 
 @pytest.mark.todo("response_token_logprobs")
+@pytest.mark.hint(3)
 def test_padding_after_the_response_answers_zero(chapter):
     logits = toy_logits().repeat(2, 1, 1)
     responses = torch.tensor([[0, 1, 2], [0, 3, 3]])
@@ -413,6 +424,7 @@ def test_padding_after_the_response_answers_zero(chapter):
 
 
 @pytest.mark.todo("response_token_logprobs")
+@pytest.mark.hint(2)
 def test_the_prompt_length_comes_from_the_shapes(chapter):
     logits = toy_logits().repeat(2, 1, 1)  # P = 5 positions - 3 response tokens = 2, whatever the mask says
     responses = torch.tensor([[0, 1, 2], [0, 1, 2]])
@@ -429,6 +441,7 @@ def test_the_prompt_length_comes_from_the_shapes(chapter):
 
 
 @pytest.mark.todo("response_token_logprobs")
+@pytest.mark.hint(3)
 def test_large_logits_give_finite_log_probabilities(chapter):
     logits = torch.tensor([[[0.0, 1000.0, 2000.0],  # position 0 (the prompt's last): predicts response token 0
                             [500.0, 0.0, 0.0],  # position 1: predicts response token 1

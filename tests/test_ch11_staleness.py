@@ -98,6 +98,12 @@ def assert_inputs_kept(chapter, name):
 
 
 @pytest.mark.todo("truncated_importance_weights")
+def test_truncated_weights_leave_their_inputs_as_they_were(chapter):
+    """Run before the tests that reuse this TODO's output: a rewritten input would be blamed on them."""
+    assert_inputs_kept(chapter, "truncated_importance_weights")
+
+
+@pytest.mark.todo("truncated_importance_weights")
 def test_weights_are_the_probability_ratio_capped(chapter):
     # exp(prox - behav): [[e^0, e^0.5, e^-1], [e^0, e^1.5, (padding)]] = [[1, 1.6487, 0.3679], [1, 4.4817, 0]]
     uncapped = chapter.truncated_importance_weights(PROXIMAL, BEHAVIOUR, MASK, cap=None)
@@ -179,12 +185,6 @@ def test_importance_weights_on_random_batches(chapter):
             "p_behaviour, the caller's cap) per token (no cap when None), exactly 0 on padding")
 
 
-@pytest.mark.todo("truncated_importance_weights")
-def test_truncated_weights_leave_their_inputs_as_they_were(chapter):
-    """Run before the tests that reuse this TODO's output: a rewritten input would be blamed on them."""
-    assert_inputs_kept(chapter, "truncated_importance_weights")
-
-
 # --- Given: effective_sample_size (decoupled_ppo_loss reports it) ---------------------------------
 
 
@@ -239,6 +239,12 @@ def test_padding_does_not_count(chapter):
 def current_logps():
     # r = p_current / p_proximal = exp(delta): [[1.1052, 1.3499, 0.7408], [1.0, 0.9048, (padding)]]
     return PROXIMAL + torch.tensor([[0.1, 0.3, -0.3], [0.0, -0.1, 0.5]])
+
+
+@pytest.mark.todo("decoupled_ppo_loss")
+def test_the_decoupled_loss_leaves_its_inputs_as_they_were(chapter):
+    """Run before the tests that reuse this TODO's output: a rewritten input would be blamed on them."""
+    assert_inputs_kept(chapter, "decoupled_ppo_loss")
 
 
 @pytest.mark.todo("decoupled_ppo_loss")
@@ -350,6 +356,24 @@ def test_the_callers_cap_reaches_the_weights(chapter, cap):
 
 
 @pytest.mark.todo("decoupled_ppo_loss")
+@pytest.mark.parametrize("log_ratio", [0.25, -0.25])
+def test_a_ratio_exactly_on_the_bands_edge_is_not_clipped(chapter, log_ratio):
+    ratio = float(torch.exp(torch.tensor(log_ratio)))  # what float32 gives for exp(logps - proximal_logps)
+    clip = ratio - 1 if log_ratio > 0 else 1 - ratio  # so that the band's edge is exactly this ratio
+    _, stats = chapter.decoupled_ppo_loss(torch.full((1, 2), log_ratio), torch.zeros(1, 2), torch.zeros(1, 2),
+                                          torch.ones(1), torch.ones(1, 2), clip=clip)
+    if stats["clip_fraction"] != 0.0:
+        _, wider = chapter.decoupled_ppo_loss(torch.full((1, 2), log_ratio), torch.zeros(1, 2), torch.zeros(1, 2),
+                                              torch.ones(1), torch.ones(1, 2), clip=clip + 0.05)
+        if wider["clip_fraction"] != 0.0:  # still clipped well inside a wider band: the band is not the caller's
+            pytest.fail(f"ratio {ratio} counted as clipped with clip={clip:.6f} and with clip={clip + 0.05:.6f}: the band "
+                        "is [1 - clip, 1 + clip] with the caller's clip, not a fixed one")
+    assert stats["clip_fraction"] == 0.0, (
+        f"ratio {ratio} with clip={clip:.6f} sits exactly on the edge of [1 - clip, 1 + clip], which is inside the band: "
+        f"clip_fraction counts only ratios outside it (< and >), got {stats['clip_fraction']}")
+
+
+@pytest.mark.todo("decoupled_ppo_loss")
 def test_a_clip_of_zero_is_a_clip_not_none(chapter):
     loss, stats = chapter.decoupled_ppo_loss(current_logps(), PROXIMAL, BEHAVIOUR, torch.tensor([1.0, -1.0]), MASK,
                                              clip=0.0, cap=2.0)
@@ -374,18 +398,6 @@ def test_a_clip_of_zero_is_a_clip_not_none(chapter):
            "strictly" if fraction == pytest.approx(1.0) else
            "count r < 1 - clip or r > 1 + clip, strictly, with the caller's clip, as a masked mean per response")
     assert fraction == pytest.approx(0.75), f"clip=0.0: clip_fraction {fraction}, not 0.75 = (3/3 + 1/2) / 2: {why}"
-
-
-@pytest.mark.todo("decoupled_ppo_loss")
-@pytest.mark.parametrize("log_ratio", [0.25, -0.25])
-def test_a_ratio_exactly_on_the_bands_edge_is_not_clipped(chapter, log_ratio):
-    ratio = float(torch.exp(torch.tensor(log_ratio)))  # what float32 gives for exp(logps - proximal_logps)
-    clip = ratio - 1 if log_ratio > 0 else 1 - ratio  # so that the band's edge is exactly this ratio
-    _, stats = chapter.decoupled_ppo_loss(torch.full((1, 2), log_ratio), torch.zeros(1, 2), torch.zeros(1, 2),
-                                          torch.ones(1), torch.ones(1, 2), clip=clip)
-    assert stats["clip_fraction"] == 0.0, (
-        f"ratio {ratio} with clip={clip:.6f} sits exactly on the edge of [1 - clip, 1 + clip], which is inside the band: "
-        f"clip_fraction counts only ratios outside it (< and >), got {stats['clip_fraction']}")
 
 
 @pytest.mark.todo("decoupled_ppo_loss")
@@ -481,12 +493,6 @@ def test_padding_at_minus_infinity_counts_nothing(chapter):
     assert all(math.isfinite(value) for value in stats.values()), f"stats {stats}: finite, padding counts nowhere"
 
 
-@pytest.mark.todo("decoupled_ppo_loss")
-def test_the_decoupled_loss_leaves_its_inputs_as_they_were(chapter):
-    """Run before the tests that reuse this TODO's output: a rewritten input would be blamed on them."""
-    assert_inputs_kept(chapter, "decoupled_ppo_loss")
-
-
 # --- TODO 3: AdmissionWindow.admit ----------------------------------------------------------------
 # Contract, clause by clause (the test that holds each):
 #   1. the next group's number is self.admitted; it is trained at version number // batch_groups
@@ -572,6 +578,12 @@ def test_admission_wastes_nothing_where_chapter_09_drops(chapter, plumbing):
 
 
 @pytest.mark.todo("masked_importance_weights")
+def test_masked_weights_leave_their_inputs_as_they_were(chapter):
+    """Run before the tests that reuse this TODO's output: a rewritten input would be blamed on them."""
+    assert_inputs_kept(chapter, "masked_importance_weights")
+
+
+@pytest.mark.todo("masked_importance_weights")
 def test_masked_weights_keep_the_ratio_inside_the_band(chapter):
     weights = chapter.masked_importance_weights(PROXIMAL, BEHAVIOUR, MASK, low=0.5, high=2.0)
     # ratios [[1, e^0.5 = 1.65, e^-1 = 0.37], [1, e^1.5 = 4.48, (padding)]]: 0.37 and 4.48 leave [0.5, 2]
@@ -649,12 +661,6 @@ def test_masked_weights_on_random_batches(chapter):
             f"expected {case['expected']}{padding}")
 
 
-@pytest.mark.todo("masked_importance_weights")
-def test_masked_weights_leave_their_inputs_as_they_were(chapter):
-    """Run before the tests that reuse this TODO's output: a rewritten input would be blamed on them."""
-    assert_inputs_kept(chapter, "masked_importance_weights")
-
-
 # --- TODO 5: withhold_stale ----------------------------------------------------------------------
 # Contract, clause by clause (the test that holds each):
 #   1. the advantages are over the whole group: a withheld member's reward stays in the mean and the std
@@ -680,6 +686,17 @@ def reference_advantages(rewards, eps=1e-4):
     rewards = torch.as_tensor(rewards, dtype=torch.float32)
     std = rewards.std() if len(rewards) > 1 else torch.tensor(0.0)
     return (rewards - rewards.mean()) / (std + eps)
+
+
+@pytest.mark.todo("withhold_stale")
+def test_withhold_leaves_its_inputs_as_they_were(chapter):
+    rewards, versions, mask = GROUP_REWARDS.clone(), list(GROUP_VERSIONS), GROUP_MASK.clone()
+    chapter.withhold_stale(rewards, versions, mask, learner_version=6, max_lag=2)
+    changed = [name for name, now, before in (("rewards", rewards, GROUP_REWARDS), ("mask", mask, GROUP_MASK))
+               if not torch.equal(now, before)] + (["versions"] if versions != GROUP_VERSIONS else [])
+    assert not changed, (
+        f"withhold_stale changed its caller's {', '.join(changed)}: zeroing rows in place (mask[i] = 0, "
+        "masked_fill_, sub_) rewrites the caller's tensor; return new tensors")
 
 
 @pytest.mark.todo("withhold_stale")
@@ -764,17 +781,6 @@ def test_withhold_on_random_groups(chapter):
         assert torch.equal(trained, expected_mask), (
             f"case {case} (versions {versions}, learner {learner_version}, max_lag {max_lag}): mask {trained.tolist()}, "
             f"expected {expected_mask.tolist()}")
-
-
-@pytest.mark.todo("withhold_stale")
-def test_withhold_leaves_its_inputs_as_they_were(chapter):
-    rewards, versions, mask = GROUP_REWARDS.clone(), list(GROUP_VERSIONS), GROUP_MASK.clone()
-    chapter.withhold_stale(rewards, versions, mask, learner_version=6, max_lag=2)
-    changed = [name for name, now, before in (("rewards", rewards, GROUP_REWARDS), ("mask", mask, GROUP_MASK))
-               if not torch.equal(now, before)] + (["versions"] if versions != GROUP_VERSIONS else [])
-    assert not changed, (
-        f"withhold_stale changed its caller's {', '.join(changed)}: zeroing rows in place (mask[i] = 0, "
-        "masked_fill_, sub_) rewrites the caller's tensor; return new tensors")
 
 
 # --- The lab -------------------------------------------------------------------------------------

@@ -454,6 +454,22 @@ def test_every_todo_has_at_least_two_hints_and_every_hint_a_todo():
         assert set(HINTS.get(chapter.tag, {})) <= set(keys), f"{chapter.tag}: hints for TODOs that do not exist"
 
 
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda c: c.tag)
+def test_a_tests_hint_marker_names_a_hint_of_its_one_todo(chapter):
+    """@pytest.mark.hint(N) says which hint fits the clause a test checks: N must be one of its TODO's hints,
+    and the test must check one TODO (with several, the hint would not say whose)."""
+    for path in chapter.test_file.parent.glob(f"test_{chapter.tag}_*.py"):
+        text = path.read_text()
+        for marks, name in re.findall(r"((?:^@pytest\.mark\.[^\n]*\n)+)(?:async )?def (test_\w+)", text, flags=re.M):
+            hint = re.search(r"@pytest\.mark\.hint\((\d+)\)", marks)
+            if not hint:
+                continue
+            todos = re.findall(r'"([\w.]+)"', " ".join(re.findall(r"@pytest\.mark\.todo\(([^)]*)\)", marks)))
+            assert len(todos) == 1, f"{path.name}::{name}: a hint marker on a test of {len(todos)} TODOs ({todos})"
+            count = len(chapter.hints_for(todos[0]))
+            assert 1 <= int(hint[1]) <= count, f"{path.name}::{name}: hint {hint[1]}, but {todos[0]} has {count} hints"
+
+
 CLAUSE_TABLE = re.compile(r"^# --- TODO \d+: (?P<key>[\w.]+) -+\n# Contract, clause by clause[^\n]*\n(?P<rows>(?:#  [^\n]*\n)+)",
                           re.M)
 
@@ -501,3 +517,27 @@ def test_every_given_code_mutant_still_names_text_that_is_there():
     stale = [f"{m.file}: {m.why}" for m in MUTANTS if (ROOT / "solutions" / m.file).read_text().count(m.old) != 1]
     assert not stale, f"given-code mutants whose text is gone or repeated (update mutants/given_code.py): {stale}"
     assert all((ROOT / "tests" / m.tests).is_file() for m in MUTANTS), "each names a test file that exists"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda c: c.tag)
+def test_every_mutant_parses_differs_and_states_its_clause(chapter):
+    """A wrong answer in mutants/ must be one a learner could run (it parses), must change its region, and must
+    say which clause it breaks (what `koans verify --messages` looks for in the learner's message)."""
+    from koans.mutants import apply_mutant, mutants_of
+
+    path = str(chapter.source_file("solutions"))
+    source = open(path).read()
+    mutants = mutants_of(chapter)
+    for mutant in mutants:
+        apply_mutant(source, path, mutant)  # raises StubError if it does not parse or changes nothing
+        assert mutant.clause.strip(), f"{chapter.tag} {mutant.todo}: {mutant.description!r} states no clause"
+
+
+def test_a_mutant_that_does_not_parse_is_refused():
+    from koans.mutants import Mutant, apply_mutant
+
+    chapter = find_chapter(1)
+    path = str(chapter.source_file("solutions"))
+    broken = Mutant("Greeter.greet", "an indentation slip", "    x = 1\n  return x", clause="anything")
+    with pytest.raises(StubError, match="does not parse"):
+        apply_mutant(open(path).read(), path, broken)

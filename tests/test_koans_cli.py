@@ -245,6 +245,22 @@ def test_hint_steps_through_the_hints_of_the_failing_todo(project, first_walk):
     assert flat(hints[0]) in flat(second) and flat(hints[1]) in flat(second)
 
 
+def test_hint_jumps_to_the_hint_that_fits_the_clause_that_failed(project, first_walk, tmp_path):
+    """A failure that names the hint fitting its clause (@pytest.mark.hint) brings `koans hint` there at once."""
+    shutil.copytree(project, tmp_path / "copy", ignore=shutil.ignore_patterns("__pycache__"))
+    root = tmp_path / "copy"
+    state = state_of(root)
+    state["results"]["ch02"]["first_failure"] = {"name": "test_x", "todos": ["Worker.whoami"], "hint": 3}
+    state.pop("hints_shown", None)  # none asked for yet
+    (root / ".koans" / "state.json").write_text(json.dumps(state))
+    hints = find_chapter(2).hints_for("Worker.whoami")
+    _, first = koans(root, "hint", "2")
+    assert "hint 3 of 3 for Worker.whoami" in first and "fits the clause that failed" in first, first
+    assert all(flat(hint) in flat(first) for hint in hints), "the hints before it are shown too"
+    _, again = koans(root, "hint", "2")
+    assert "hint 3 of 3" in again and "all of them were shown before" in again, again
+
+
 def test_hint_names_a_todo_and_lists_the_others_on_a_passing_chapter(project, first_walk):
     hints = find_chapter(1).hints_for("Greeter.whereabouts")
     code, out = koans(project, "hint", "1", "whereabouts")
