@@ -43,6 +43,10 @@ from .ch03_rdma_transfer import TensorHandle, expose
 
 ALIGN = 64  # bytes; every tensor starts on a 64-byte boundary inside a slot
 TRANSPORTS = ("cuda_ipc", "shm", "rdma")
+#: RDMA reads a reader keeps in flight at once, one chunk (the publisher's rdma_chunk_bytes) each.
+#: Several hide each read's fixed costs behind the others' bytes; a bound keeps a reader of a big
+#: model from opening every chunk's read at once (docs/07_weight_sync.md, "Pulling in parallel").
+READS_IN_FLIGHT = 4
 STAGINGS = ("auto", "cpu", "cuda")
 
 
@@ -437,8 +441,8 @@ class _MappedSource:
 class _RdmaSource:
     """Bytes pulled into local memory by RDMA, the chunks each group of tensors needs, just before it."""
 
-    def __init__(self, offer: RdmaOffer, landing: torch.Tensor, timeout: float):
-        self.offer, self.flat, self.timeout = offer, landing, timeout
+    def __init__(self, offer: RdmaOffer, landing: torch.Tensor, timeout: float, in_flight: int = READS_IN_FLIGHT):
+        self.offer, self.flat, self.timeout, self.in_flight = offer, landing, timeout, in_flight
         self.fetched: set[int] = set()
 
     async def fetch(self, entries: list[Entry]) -> None:
@@ -448,7 +452,7 @@ class _RdmaSource:
                                                  for e in entries):
                 wanted.append((self.flat[start : start + handle.nbytes], handle))
                 self.fetched.add(index)
-        await read_chunks(wanted, self.timeout)
+        await read_chunks(wanted, self.timeout, self.in_flight)
 
     def view(self, entry: Entry) -> torch.Tensor:
         return entry_view(self.flat, entry)
@@ -457,16 +461,25 @@ class _RdmaSource:
         return False  # the landing memory is replaced when the layout changes; it stays pageable
 
 
-async def read_chunks(pairs: list[tuple[torch.Tensor, TensorHandle]], timeout: float) -> None:
-    """Read each handle into its destination, all at once."""
-    await asyncio.gather(*(handle.buffer.read_into(destination, timeout=int(timeout)) for destination, handle in pairs))
+async def read_chunks(pairs: list[tuple[torch.Tensor, TensorHandle]], timeout: float,
+                      in_flight: int = READS_IN_FLIGHT) -> None:
+    """Read each handle into its destination, `in_flight` reads at a time: when one ends, the next starts."""
+    if in_flight < 1:
+        raise ValueError(f"in_flight={in_flight}: at least one read must be in flight")
+    free = asyncio.Semaphore(in_flight)
+
+    async def read(destination: torch.Tensor, handle: TensorHandle) -> None:
+        async with free:
+            await handle.buffer.read_into(destination, timeout=int(timeout))
+
+    await asyncio.gather(*(read(destination, handle) for destination, handle in pairs))
 
 
 class SourceCache:
     """Opens offers for one reader, and keeps what is expensive to open (mappings, landing memory)."""
 
-    def __init__(self, timeout: float):
-        self.timeout = timeout
+    def __init__(self, timeout: float, reads_in_flight: int = READS_IN_FLIGHT):
+        self.timeout, self.reads_in_flight = timeout, reads_in_flight
         self.mapped: dict[str, torch.Tensor] = {}  # shm path or IPC handle -> the slot, mapped here
         self.landing: torch.Tensor | None = None  # local memory that RDMA reads land in
         self.pinned: dict[int, bool] = {}  # mapping's address -> page-locked for copies to the GPU (tried once)
@@ -475,7 +488,7 @@ class SourceCache:
         if isinstance(offer, RdmaOffer):
             if self.landing is None or self.landing.numel() != total_bytes:
                 self.landing = torch.zeros(total_bytes, dtype=torch.uint8)  # zeros: pages touched once, here
-            return _RdmaSource(offer, self.landing, self.timeout)
+            return _RdmaSource(offer, self.landing, self.timeout, self.reads_in_flight)
         if isinstance(offer, ShmOffer):
             key = offer.path
             if key not in self.mapped:

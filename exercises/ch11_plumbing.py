@@ -3,6 +3,7 @@ comparison with chapter 09. You may skip this file; nothing in it is a TODO.
 
     python -m exercises.ch11_staleness --sweep                  reward against max lag, per correction
     python -m exercises.ch11_staleness --env-latency-ms 0,20,50,100   async vs lock step, per latency
+    python -m exercises.ch11_staleness --env-latency-ms 0,100 --sweep-depth 1,2,4,8,16   ... per depth too
     python -m exercises.ch11_staleness --waste                  groups dropped: chapter 09's rules vs admission
     python -m exercises.ch11_staleness --mismatch               reward at lag 0 when the sampler's numbers differ
 
@@ -335,6 +336,11 @@ def mismatch_table(report: dict) -> str:
 
 # --- Environment latency: where async wins -----------------------------------------------------
 
+#: Async rollouts in flight by default: with D in flight, a latency L costs each rollout about L / D of
+#: waiting, until the CPU (or the trainer) is what limits. The sweep (--sweep-depth) measures it.
+DEFAULT_DEPTH = 16
+LAB_MAX_LAG = 2  # the staleness bound of the latency lab's buffer: a group more than 2 versions old is dropped
+
 
 async def scored_after(task: CountingTask, rollout, latency_s: float):
     """The environment takes `latency_s` of wall-clock time per rollout: it waits, it does not compute."""
@@ -351,15 +357,25 @@ async def rollouts_with_env(service, buffer, task, stop: asyncio.Event, worker: 
     return made
 
 
-async def latency_experiment(latencies_ms: list[float], steps: int = 24) -> list[dict]:
-    """One chapter 10 job (tiny model); for each latency: `steps` in lock step, then `steps` async."""
+def lag_figures(results: list[dict], dropped: int) -> dict:
+    """The staleness of a run: versions behind of every trained group (max, mean), and what the buffer dropped."""
+    lags = [lag for result in results for lag in result["lags"]]
+    return {"max_lag": max(lags, default=0), "mean_lag": statistics.mean(lags) if lags else 0.0, "dropped": dropped}
+
+
+async def latency_experiment(latencies_ms: list[float], steps: int = 24, depths: list[int] | None = None,
+                             max_lag: int = LAB_MAX_LAG) -> list[dict]:
+    """One chapter 10 job (tiny model); for each latency: `steps` in lock step, then `steps` async at each
+    depth (rollouts in flight; default [DEFAULT_DEPTH]). One row per latency and depth."""
     from .ch09_async_loops import continuous_training
     from .ch10_plumbing import Job, ask, wait_for_version
 
+    depths = list(depths or [DEFAULT_DEPTH])
     # chapter 10's first recipe (G=8, no KL, per-response mean): the lab measures latency, not learning
-    config = RunConfig(steps=steps, group_size=8, kl_coef=0.0, loss_mean="sequence", max_grad_norm=None)
+    config = RunConfig(steps=steps, group_size=8, kl_coef=0.0, loss_mean="sequence", max_grad_norm=None,
+                       max_lag=max_lag)
     job = Job.start(config, name="ch11_env")
-    rows = []
+    rows, dropped_before = [], 0
     try:
         await job.warm_up()
         rng = random.Random(0)
@@ -374,23 +390,48 @@ async def latency_experiment(latencies_ms: list[float], steps: int = 24) -> list
                 result = await ask(job.trainer.train, list(scored))
                 await wait_for_version(job.store, result["version"])
             sync_s = time.monotonic() - started
-            stop, started = asyncio.Event(), time.monotonic()
-            await ask(job.buffer.advance, result["version"])
-            # as many rollouts in flight as lock step has environment calls in flight: one per group of a batch
-            loops = [rollouts_with_env(job.service, job.buffer, job.task, stop, w, 0, latency)
-                     for w in range(config.groups_per_step)]
-            training = continuous_training(job.trainer, job.buffer, steps, config.groups_per_step, stop)
-            await asyncio.wait_for(asyncio.gather(*loops, training), 30 * TIMEOUT)
-            async_s = time.monotonic() - started
-            await ask(job.buffer.close)
             samples = steps * config.groups_per_step * config.group_size
-            rows.append({"latency_ms": latency_ms, "sync_samples_per_s": samples / sync_s,
-                         "async_samples_per_s": samples / async_s, "ratio": sync_s / async_s})
-            print(f"  {latency_ms:>5.0f} ms: lock step {samples / sync_s:6.1f} samples/s, async "
-                  f"{samples / async_s:6.1f} samples/s, async/sync {sync_s / async_s:.2f}x", flush=True)
+            for depth in depths:
+                stop, started = asyncio.Event(), time.monotonic()
+                await ask(job.buffer.advance, result["version"])
+                # `depth` rollout loops: each generates, waits for the environment, puts; so `depth` in flight
+                loops = [rollouts_with_env(job.service, job.buffer, job.task, stop, w, 0, latency)
+                         for w in range(depth)]
+                training = continuous_training(job.trainer, job.buffer, steps, config.groups_per_step, stop)
+                *_, results = await asyncio.wait_for(asyncio.gather(*loops, training), 30 * TIMEOUT)
+                async_s = time.monotonic() - started
+                ledger = await ask(job.buffer.close)  # the buffer's ledger counts every run so far
+                dropped = len(ledger.refused_stale) + len(ledger.dropped_stale)
+                dropped, dropped_before = dropped - dropped_before, dropped
+                result = results[-1]
+                await wait_for_version(job.store, result["version"])  # the next run starts from published weights
+                row = {"latency_ms": latency_ms, "depth": depth, "batch_groups": config.groups_per_step,
+                       "max_lag_bound": max_lag, "sync_samples_per_s": samples / sync_s,
+                       "async_samples_per_s": samples / async_s, "ratio": sync_s / async_s,
+                       **lag_figures(results, dropped)}
+                rows.append(row)
+                print(f"  {latency_ms:>5.0f} ms, depth {depth:>2}: lock step {samples / sync_s:6.1f} samples/s, async "
+                      f"{samples / async_s:6.1f} samples/s, async/sync {sync_s / async_s:.2f}x, lag max "
+                      f"{row['max_lag']} mean {row['mean_lag']:.2f} (bound {max_lag}), dropped {row['dropped']}",
+                      flush=True)
     finally:
         await job.stop()
     return rows
+
+
+def latency_table(rows: list[dict]) -> str:
+    """One line per latency and depth: throughput, its share of the same depth's 0 ms rate, the ratio to lock
+    step, and the staleness of what was trained against the bound."""
+    zero = {row["depth"]: row["async_samples_per_s"] for row in rows if row["latency_ms"] == 0}
+    lines = ["latency  depth   lock step     async  of 0 ms  async/sync  lag max / mean (bound)  dropped"]
+    for row in rows:
+        share = f"{row['async_samples_per_s'] / zero[row['depth']]:>7.0%}" if row["depth"] in zero else f"{'-':>7}"
+        lines.append(f"{row['latency_ms']:>5.0f} ms {row['depth']:>5} {row['sync_samples_per_s']:>11.1f} "
+                     f"{row['async_samples_per_s']:>9.1f}  {share} {row['ratio']:>10.2f}x  "
+                     f"{row['max_lag']:>7} / {row['mean_lag']:.2f} ({row['max_lag_bound']}){row['dropped']:>14}")
+    lines.append("samples/s of trained samples; depth: async rollouts in flight (lock step has "
+                 f"{rows[0]['batch_groups']} per batch); lag: versions behind the learner of each trained group")
+    return "\n".join(lines)
 
 
 # --- The command line --------------------------------------------------------------------------
@@ -410,6 +451,13 @@ def main() -> None:
     parser.add_argument("--env-latency-ms", default=None, metavar="MS,MS,...",
                         help="async vs lock step at these environment latencies, e.g. 0,20,50,100")
     parser.add_argument("--latency-steps", type=int, default=48, help="steps per mode and latency")
+    parser.add_argument("--depth", type=int, default=DEFAULT_DEPTH,
+                        help=f"async rollouts in flight in the latency lab (default: {DEFAULT_DEPTH})")
+    parser.add_argument("--sweep-depth", default=None, metavar="D,D,...",
+                        help="run the latency lab's async mode at each of these depths, e.g. 1,2,4,8,16")
+    parser.add_argument("--max-lag", type=int, default=LAB_MAX_LAG,
+                        help=f"the latency lab's staleness bound: groups older than this are dropped "
+                             f"(default: {LAB_MAX_LAG})")
     parser.add_argument("--waste", action="store_true", help="groups dropped by chapter 09's rules vs admission")
     parser.add_argument("--mismatch", action="store_true",
                         help="at lag 0, a sampler whose logits are off by noise: reward per noise level and correction")
@@ -448,13 +496,12 @@ def main() -> None:
         print(f"\n{len(report['runs'])} runs in {report['seconds'] / 60:.1f} min; data in {args.mismatch_json}")
     if args.env_latency_ms:
         latencies = [float(x) for x in args.env_latency_ms.split(",")]
-        print(f"Environment latency: chapter 10's job, {args.latency_steps} steps per mode and latency\n", flush=True)
-        rows = asyncio.run(latency_experiment(latencies, args.latency_steps))
-        print("\nlatency   lock step   async   async/sync")
-        for row in rows:
-            print(f"{row['latency_ms']:>5.0f} ms {row['sync_samples_per_s']:>9.1f} {row['async_samples_per_s']:>8.1f} "
-                  f"{row['ratio']:>9.2f}x")
-
+        depths = [int(x) for x in args.sweep_depth.split(",")] if args.sweep_depth else [args.depth]
+        print(f"Environment latency: chapter 10's job, {args.latency_steps} steps per mode and latency; async at "
+              f"depth {', '.join(map(str, depths))} (rollouts in flight), buffer bound max lag {args.max_lag}\n",
+              flush=True)
+        rows = asyncio.run(latency_experiment(latencies, args.latency_steps, depths, args.max_lag))
+        print("\n" + latency_table(rows))
 
 if __name__ == "__main__":
     sys.exit(main())

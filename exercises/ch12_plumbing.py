@@ -213,10 +213,12 @@ async def continuous_episodes(job: Job, tools, task: VaultTask, stop: asyncio.Ev
     return count
 
 
-async def run_async(job: Job, tools, task: VaultTask, on_step=None, timeout: float = 1800) -> dict:
-    """Episode loops and chapter 09's training loop at once: tool latency hides behind training."""
+async def run_async(job: Job, tools, task: VaultTask, on_step=None, timeout: float = 1800,
+                    loops: int | None = None) -> dict:
+    """Episode loops and chapter 09's training loop at once: tool latency hides behind training.
+    `loops`: the depth, groups in flight (default: job.config.loops)."""
     stop, made = asyncio.Event(), Episodes()
-    loops = [continuous_episodes(job, tools, task, stop, worker, made) for worker in range(job.config.loops)]
+    loops = [continuous_episodes(job, tools, task, stop, worker, made) for worker in range(loops or job.config.loops)]
     training = continuous_training(job.trainer, job.buffer, job.config.steps, job.config.groups_per_step, stop, on_step)
     *counts, results = await asyncio.wait_for(asyncio.gather(*loops, training), timeout)
     return {"results": results, "groups": counts, "ledger": await ask(job.buffer.close), "episodes": made}
@@ -326,6 +328,86 @@ def episodes_per_second(config: ToolsConfig, run: dict) -> float:
     return len(run["results"]) * config.groups_per_step * config.group_size / run["seconds"]
 
 
+#: Tools that answer at once: the rate a depth reaches when nothing waits (its "0 ms rate").
+NO_LATENCY = ToolLatency(base=0.0, tail=0.0, tail_every=10, slow_base=0.0)
+
+
+def trained_policy(seed: int = 0, quiet: bool = True) -> str:
+    """The directory of a policy trained on the vault task (it calls the tool, then answers): the demo's, if it
+    has run, else trained now (the warm start, then ToolsConfig.steps async steps). Comparisons start from it."""
+    trained = LAST_TRACE.with_name(f"ch12_trained_seed{seed}")
+    if not (trained / "config.json").exists():
+        base = warm_start(str(LAST_TRACE.with_name(f"ch12_base_seed{seed}")), seed)
+        if not quiet:
+            print(f"training a policy to compare with ({ToolsConfig.steps} steps), saved to {trained}", flush=True)
+        LAST_TRACE.parent.mkdir(exist_ok=True)
+        asyncio.run(train(ToolsConfig(seed=seed, base=base), "async", name="tools_base", save_to=str(trained)))
+    return str(trained)
+
+
+async def depth_sweep(config: ToolsConfig, depths: list[int], steps: int = 30, zero: bool = True,
+                      name: str = "tools_depth", quiet: bool = False) -> list[dict]:
+    """One job: at the tools' latency (and first with tools that answer at once, if `zero`), `steps` steps in lock
+    step, then `steps` async at each depth (episode loops, each one group of G episodes in flight). One row per
+    latency and mode: episodes per second, and the lag of every group trained against the bound."""
+    config = dataclasses.replace(config, steps=steps)
+    job = Job.start(config, name, generator=TurnGenerator)
+    task, rows, dropped_before, version = VaultTask(), [], 0, 0
+    try:
+        job.start_loading()
+        await job.warm_up()
+        for label, latency in ((("none", NO_LATENCY),) if zero else ()) + (("tools", config.latency),):
+            tools = start_tools(dataclasses.replace(config, latency=latency), name=f"{name}_{label}")
+            try:
+                await asyncio.wait_for(tools.fanout("whoami"), TIMEOUT)  # every worker is up before the clock starts
+                for depth in [0, *depths]:  # 0: lock step
+                    await ask(job.buffer.advance, version)
+                    started = time.monotonic()
+                    run = await (run_sync(job, tools, task) if depth == 0 else run_async(job, tools, task, loops=depth))
+                    seconds = time.monotonic() - started
+                    version = run["results"][-1]["version"]
+                    await wait_for_version(job.store, version)  # the next run starts from published weights
+                    dropped = 0
+                    if run["ledger"] is not None:  # the buffer's ledger counts every run so far
+                        total = len(run["ledger"].refused_stale) + len(run["ledger"].dropped_stale)
+                        dropped, dropped_before = total - dropped_before, total
+                    lags = [lag for result in run["results"] for lag in result["lags"]]
+                    row = {"latency": label, "mode": "sync" if depth == 0 else "async", "depth": depth or None,
+                           "episodes_per_s": steps * config.groups_per_step * config.group_size / seconds,
+                           "max_lag": max(lags), "mean_lag": sum(lags) / len(lags), "max_lag_bound": config.max_lag,
+                           "dropped": dropped, "groups_per_step": config.groups_per_step,
+                           "group_size": config.group_size, "steps": steps}
+                    rows.append(row)
+                    if not quiet:
+                        what = "lock step" if depth == 0 else f"async, depth {depth:>2}"
+                        print(f"  tool latency {label:<5} {what:<16} {row['episodes_per_s']:6.1f} episodes/s   lag max "
+                              f"{row['max_lag']} mean {row['mean_lag']:.2f} (bound {config.max_lag}), dropped {dropped}",
+                              flush=True)
+            finally:
+                await tools.close()
+    finally:
+        await job.stop()
+    return rows
+
+
+def depth_table(rows: list[dict]) -> str:
+    """Per depth at the tools' latency: episodes/s, its share of the same depth's rate with tools that answer at
+    once, the ratio to lock step, and the lag of what was trained against the bound."""
+    at = {(r["latency"], r["depth"]): r for r in rows}
+    sync = at[("tools", None)]["episodes_per_s"]
+    lines = ["depth       episodes/s  of 0 ms  x lock step  lag max / mean (bound)  dropped"]
+    for row in (r for r in rows if r["latency"] == "tools"):
+        zero = at.get(("none", row["depth"]))
+        share = f"{row['episodes_per_s'] / zero['episodes_per_s']:>7.0%}" if zero else f"{'-':>7}"
+        label = "lock step" if row["depth"] is None else f"{row['depth']:>9}"
+        lines.append(f"{label:<9} {row['episodes_per_s']:>12.1f}  {share} {row['episodes_per_s'] / sync:>11.2f}x  "
+                     f"{row['max_lag']:>7} / {row['mean_lag']:.2f} ({row['max_lag_bound']}){row['dropped']:>15}")
+    first = rows[0]
+    lines.append(f"depth: episode loops, each one group of {first['group_size']} episodes in flight (lock step: "
+                 f"{first['groups_per_step']} groups a batch); lag: versions behind the learner of each group trained")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m exercises.ch12_multi_turn_tools",
                                      description="Multi-turn episodes with tools: async GRPO on the vault task, then "
@@ -334,13 +416,27 @@ def main() -> None:
     parser.add_argument("--compare-steps", type=int, default=30,
                         help="steps of each run of the side-by-side lock step / async comparison (0: skip it)")
     parser.add_argument("--seed", type=int, default=ToolsConfig.seed)
+    parser.add_argument("--depth", type=int, default=ToolsConfig.loops,
+                        help=f"async episode loops, each one group in flight (default: {ToolsConfig.loops})")
+    parser.add_argument("--sweep-depth", default=None, metavar="D,D,...",
+                        help="only this: lock step, then async at each depth, with the tools' latency and with none, "
+                             "from a trained policy (the demo's, or one trained first), e.g. 4,8,12,16")
     parser.add_argument("--show-every", type=int, default=25, help="print the mean reward every N steps")
     args = parser.parse_args()
+    if args.sweep_depth:
+        depths = [int(x) for x in args.sweep_depth.split(",")]
+        config = ToolsConfig(seed=args.seed, base=trained_policy(args.seed, quiet=False), loops=args.depth)
+        steps = args.compare_steps or 30
+        print(f"Depth: lock step, then async at depth {', '.join(map(str, depths))}, {steps} steps each, with tools "
+              f"that answer at once and with the tools' latency ({config.latency.base * 1000:.0f} ms a call; one in "
+              f"{config.latency.tail_every} takes {config.latency.tail * 1000:.0f} ms)\n", flush=True)
+        print("\n" + depth_table(asyncio.run(depth_sweep(config, depths, steps))))
+        return
     task, started = VaultTask(), time.time()
     base = LAST_TRACE.with_name(f"ch12_base_seed{args.seed}")
     made_before = (base / "config.json").exists()
     base = warm_start(str(base), args.seed)
-    config = ToolsConfig(steps=args.steps, seed=args.seed, base=base)
+    config = ToolsConfig(steps=args.steps, seed=args.seed, base=base, loops=args.depth)
     latency = config.latency
     print(f"Chapter 12: GRPO on the vault task, {config.steps} steps of {config.groups_per_step} prompts x "
           f"{config.group_size} episodes, {config.generators} generators, {config.tools} tool workers (a call takes "

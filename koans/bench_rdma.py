@@ -1,6 +1,8 @@
 """The chapter 03 benchmark: how fast an RDMABuffer read is, and which knobs make it faster.
 
     python -m solutions.ch03_rdma_transfer --bench [--sizes 0.27,1] [--repeats 5] [--json PATH]
+    python -m koans.bench_rdma --pull-vs-raw [--in-flight 1,2,8] [--json PATH]
+        chapter 07's pull against one raw read_into of the same bytes (data_plane_figures)
 
 Two processes on this host: an owner exposes N bytes, a reader pulls them.
 Each configuration runs on fresh processes (Monarch reads its RDMA settings
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import os
 import socket
@@ -166,6 +169,151 @@ def memcpy_gbps(nbytes: int) -> float:
     return best_copy_gbps(nbytes, lambda: b.copy_(a))
 
 
+# --- Chapter 07's pull against one raw read (data_plane_figures) ----------------------------------
+
+
+class SlotOwner(Actor):
+    """A trainer's staging slot, as chapter 07 builds it: `nbytes` offered as RDMA chunks of `chunk_bytes`,
+    and the same bytes as one RDMABuffer (the raw read's source)."""
+
+    def __init__(self, chapter: str, nbytes: int, chunk_bytes: int):
+        from monarch.rdma import RDMABuffer
+
+        warnings.simplefilter("ignore")
+        transports = importlib.import_module(chapter + ".ch07_transports")
+        self.slot = transports.StagingSlot(nbytes, "cpu", False, chunk_bytes)
+        self.slot.flat.fill_(1)
+        self.whole = RDMABuffer(self.slot.flat)
+
+    @endpoint
+    def handles(self):
+        return self.whole, self.slot.offers["rdma"]
+
+    @endpoint
+    def close(self) -> None:
+        self.slot.close()
+
+
+class SlotReader(Actor):
+    """A generator's side: chapter 07's RDMA source (the chunks each half of the weights needs, read
+    `in_flight` at a time, as load_snapshot fetches them) against one raw read_into of the same bytes."""
+
+    def __init__(self, chapter: str, nbytes: int):
+        warnings.simplefilter("ignore")
+        self.transports = importlib.import_module(chapter + ".ch07_transports")
+        self.cache = self.transports.SourceCache(TIMEOUT)
+        self.nbytes = nbytes
+        self.landing = torch.zeros(nbytes, dtype=torch.uint8)
+
+    async def _pull(self, offer, in_flight: int) -> None:
+        Entry = self.transports.Entry
+        self.cache.reads_in_flight = in_flight
+        source = self.cache.open(offer, self.nbytes)
+        half = self.nbytes // 2  # load_snapshot fetches the first half's chunks, copies, then the second half's
+        await source.fetch([Entry("first", torch.uint8, (half,), 0)])
+        await source.fetch([Entry("second", torch.uint8, (self.nbytes - half,), half)])
+
+    @endpoint
+    async def rounds(self, whole, offer, in_flights: list[int], rounds: int) -> dict:
+        """GB/s per round of the raw read and of the pull at each in-flight count; one warm-up of each first.
+        Each round runs every row once, in an order that turns round by round."""
+        rows = ["raw"] + [f"pull@{k}" for k in in_flights]
+        measured: dict[str, list[float]] = {row: [] for row in rows}
+        for number in range(rounds + 1):
+            shift = number % len(rows)
+            for row in rows[shift:] + rows[:shift]:
+                if row == "raw":
+                    self.landing.zero_()
+                    started = time.perf_counter()
+                    await whole.read_into(self.landing, timeout=TIMEOUT)
+                    took, landing = time.perf_counter() - started, self.landing
+                else:
+                    if self.cache.landing is not None:
+                        self.cache.landing.zero_()
+                    started = time.perf_counter()
+                    await self._pull(offer, int(row.partition("@")[2]))
+                    took, landing = time.perf_counter() - started, self.cache.landing
+                if int(landing.min()) != 1:
+                    raise RuntimeError(f"{row}: the read did not fill the landing buffer")
+                if number > 0:  # round 0 warms up: connections, registration, first touch
+                    measured[row].append(self.nbytes / took / 1e9)
+        return measured
+
+
+def data_plane_figures(quick: bool = False, *, chapter: str = "solutions", in_flights: list[int] | None = None,
+                       rounds: int = 3, sizes_gb: tuple[float, ...] | None = None) -> list[dict]:
+    """Chapter 07's RDMA pull of a snapshot against ONE raw read_into of the same bytes, measured side by side.
+
+    For each size (0.27 and 0.94 GB; quick: 16 and 48 MiB) one fresh pair of processes, with the RDMA
+    settings the chapter runs under (solutions/__init__.py), holds a staging slot offered as the chapter's
+    16 MiB chunks; `rounds` interleaved rounds of the raw read and the pull, after a warm-up, and the
+    medians. Answers one figure per size: {"name": "rdma_pull_vs_raw_read_0.27GB", "value": pull GB/s,
+    "limit": raw read GB/s, "ratio": value / limit, "unit": "GB/s", "config": {...}}. The config also holds
+    loopback TCP between two processes (the fallback's ceiling), measured in the same run, and, when
+    `in_flights` names several counts, the pull at each.
+    """
+    import monarch
+
+    importlib.import_module(chapter)  # its __init__ sets the RDMA settings the chapter's processes run with
+    transports = importlib.import_module(chapter + ".ch07_transports")
+    plumbing_chunk = 16 * 2**20  # WeightPublisher's rdma_chunk_bytes default
+    chosen = transports.READS_IN_FLIGHT
+    in_flights = sorted(set(in_flights or []) | {chosen})
+    env = {knob: os.environ[knob] for knob in KNOBS if knob in os.environ}
+    sizes = sizes_gb or ((0.016, 0.048) if quick else (0.27, 0.94))
+    figures = []
+    for size in sizes:
+        nbytes = max(plumbing_chunk, int(size * 1e9) // plumbing_chunk * plumbing_chunk)
+        loopback = loopback_tcp_gbps(nbytes)
+        procs = this_host().spawn_procs(per_host={"procs": 2}, bootstrap_command=default_bootstrap_cmd().with_env(env))
+        try:
+            owner = procs.slice(procs=0).spawn("slot_owner", SlotOwner, chapter, nbytes, plumbing_chunk)
+            reader = procs.slice(procs=1).spawn("slot_reader", SlotReader, chapter, nbytes)
+            whole, offer = owner.handles.call_one().get(timeout=TIMEOUT)
+            measured = reader.rounds.call_one(whole, offer, in_flights, rounds).get(timeout=TIMEOUT)
+            owner.close.call_one().get(timeout=TIMEOUT)
+        finally:
+            procs.stop().get(timeout=60)
+        raw = statistics.median(measured["raw"])
+        pull = statistics.median(measured[f"pull@{chosen}"])
+        label = f"{size:g}GB" if not quick else f"{nbytes / 2**20:.0f}MiB"
+        figures.append({
+            "name": f"rdma_pull_vs_raw_read_{label}", "value": pull, "limit": raw, "ratio": pull / raw, "unit": "GB/s",
+            "config": {"bytes": nbytes, "reads_in_flight": chosen, "chunk_bytes": plumbing_chunk,
+                       "rdma_settings": env or "Monarch's defaults", "backend": "tcp fallback" if not _has_rdma_card() else "ibverbs",
+                       "rounds": rounds, "rounds_gbps": measured,
+                       "pull_gbps_by_in_flight": {k: statistics.median(measured[f"pull@{k}"]) for k in in_flights},
+                       "loopback_tcp_gbps": loopback, "torch": torch.__version__,
+                       "monarch": getattr(monarch, "__version__", None) or _version("torchmonarch")}})
+    return figures
+
+
+def _has_rdma_card() -> bool:
+    return os.path.isdir("/sys/class/infiniband") and bool(os.listdir("/sys/class/infiniband"))
+
+
+def _version(package: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None
+
+
+def print_data_plane_figures(figures: list[dict]) -> None:
+    for figure in figures:
+        config = figure["config"]
+        print(f"{figure['name']}: pull {figure['value']:.2f} GB/s ({config['reads_in_flight']} reads in flight) / "
+              f"one raw read_into {figure['limit']:.2f} GB/s = {figure['ratio']:.2f}x; "
+              f"loopback TCP {config['loopback_tcp_gbps']:.2f} GB/s", flush=True)
+        if len(config["pull_gbps_by_in_flight"]) > 1:
+            print("  pull by reads in flight: " + ", ".join(
+                f"{k}: {v:.2f} ({v / figure['limit']:.2f}x)" for k, v in config["pull_gbps_by_in_flight"].items()))
+        print("  rounds: " + "; ".join(f"{row} " + ", ".join(f"{g:.2f}" for g in values)
+                                      for row, values in config["rounds_gbps"].items()), flush=True)
+
+
 def main(argv: list[str] | None = None) -> dict:
     from koans.bench_weight_sync import _hardware
 
@@ -177,7 +325,19 @@ def main(argv: list[str] | None = None) -> dict:
                         help="fresh process pairs per row, taken round-robin over the rows (the median is reported)")
     parser.add_argument("--configs", default="", help="only these configurations (numbers from 1, comma-separated)")
     parser.add_argument("--json", metavar="PATH")
+    parser.add_argument("--pull-vs-raw", action="store_true",
+                        help="instead: chapter 07's pull against one raw read_into of the same bytes (data_plane_figures)")
+    parser.add_argument("--in-flight", default="", help="with --pull-vs-raw: also these reads-in-flight counts (comma-separated)")
     args = parser.parse_args(argv)
+    if args.pull_vs_raw:
+        sizes = tuple(float(s) for s in args.sizes.split(",")) if args.sizes != "0.27,1" else None
+        figures = data_plane_figures(in_flights=[int(k) for k in args.in_flight.split(",") if k],
+                                     rounds=max(args.rounds, 3), sizes_gb=sizes)
+        print_data_plane_figures(figures)
+        if args.json:
+            with open(args.json, "w") as out:
+                json.dump(figures, out, indent=2)
+        return {"figures": figures}
     chosen = [CONFIGS[int(n) - 1] for n in args.configs.split(",")] if args.configs else CONFIGS
     for knob in KNOBS:  # each row sets exactly the knobs it names; spawned processes inherit nothing else
         os.environ.pop(knob, None)

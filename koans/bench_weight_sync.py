@@ -1,6 +1,7 @@
 """The chapter 07 benchmark: staged weight sync against a blocking broadcast.
 
-    python -m solutions.ch07_weight_sync --bench [--size 0.5b|small] [--json PATH]
+    python -m solutions.ch07_weight_sync --bench [--size 0.5b|small|tiny|GB] [--json PATH]
+    python -m solutions.ch07_weight_sync --bench --sizes 0.07,0.27,0.99    how the figures scale with the bytes
     koans bench --gpu      runs it too, on the 1 GB shapes, with the other GPU figures
 
 It runs on the chapter module it is started from, so a learner can benchmark
@@ -11,7 +12,10 @@ their own code too. One run measures, per transport:
   blocking  the baseline. After publishing, the trainer waits until every
             generator holds the new weights, as with a process-group broadcast.
 
-and the machine's copy limit (memcpy on CPU; pinned device-to-host, host-to-device and
+Per run: trainer-blocked time, the generators' pull time, freshness (time from
+publish to a generator holding it, and how many versions behind the trainer it
+was by then), versions never held, and publishes skipped; and the machine's
+copy limit (memcpy on CPU; pinned device-to-host, host-to-device and
 device-to-device on GPU). Training and generation are simulated with sleeps
 ("the accelerator is busy for step_ms"): the benchmark measures the sync
 machinery, not model math. The JSON keys are documented in docs/appendix/benchmarks.md.
@@ -36,13 +40,29 @@ TIMEOUT = 600.0
 
 #: Qwen2.5-0.5B: hidden 896, 24 layers, 14 query heads and 2 key/value heads of 64, MLP 4864,
 #: vocabulary 151936, embedding tied to the LM head. "small" keeps the widths, cuts depth and vocabulary.
-SIZES = {"0.5b": {"layers": 24, "vocab": 151936}, "small": {"layers": 7, "vocab": 32768}}
+SIZES = {"0.5b": {"layers": 24, "vocab": 151936}, "small": {"layers": 7, "vocab": 32768},
+         "tiny": {"layers": 2, "vocab": 8192}}
 HIDDEN, KV, MLP = 896, 128, 4864
+
+
+def size_for_gb(gb: float) -> str:
+    """A name in SIZES for about `gb` GB of bf16 weights: the named cut nearest it (0.07, 0.27 or 0.99 GB),
+    or, for other sizes, Qwen2.5-0.5B's widths with as many layers as fit ("<layers>x<vocab>")."""
+    def nbytes(spec: dict) -> int:
+        layer = HIDDEN * HIDDEN * 2 + KV * HIDDEN * 2 + HIDDEN * 2 + KV * 2 + 3 * MLP * HIDDEN + 2 * HIDDEN
+        return 2 * (spec["vocab"] * HIDDEN + spec["layers"] * layer + HIDDEN)
+
+    for name, spec in SIZES.items():
+        if abs(nbytes(spec) / 1e9 - gb) <= 0.1 * gb:
+            return name
+    vocab = 151936 if gb >= 0.5 else 32768 if gb >= 0.15 else 8192
+    layers = max(1, round((gb * 1e9 - nbytes({"vocab": vocab, "layers": 0})) / (nbytes({"vocab": 0, "layers": 1}))))
+    return f"{layers}x{vocab}"
 
 
 def qwen_shapes(size: str) -> dict[str, tuple[int, ...]]:
     """Qwen2.5-0.5B's parameter names and shapes (lm_head is tied to the embedding, so absent)."""
-    spec = SIZES[size]
+    spec = SIZES.get(size) or dict(zip(("layers", "vocab"), map(int, size.split("x"))))
     shapes = {"model.embed_tokens.weight": (spec["vocab"], HIDDEN)}
     for layer in range(spec["layers"]):
         prefix = f"model.layers.{layer}."
@@ -246,22 +266,35 @@ def run_one(chapter: str, transport: str, mode: str, args, device: str) -> dict:
               "copy_limits": limits, "nbytes": nbytes}
     if followed is not None:
         stalls = [s for f in followed for s in f["stall_s"]]
-        fresh = [f["loaded_at"][v] - trained["published_at"][int(v)] for f in followed for v in f["loaded_at"]]
+        published = trained["published_at"]
+        fresh = [f["loaded_at"][v] - published[int(v)] for f in followed for v in f["loaded_at"]]
+        # How far behind the trainer a generator was when it finished loading: versions published by then, minus
+        # the one it loaded. And the measured versions (2 .. last) a generator never held at all.
+        behind = [sum(1 for u, at in published.items() if at <= f["loaded_at"][v]) - int(v)
+                  for f in followed for v in f["loaded_at"]]
+        measured = set(range(2, args.syncs + 2))
+        never_held = [len(measured - {int(v) for v in f["loaded_at"]}) for f in followed]
         result.update(generator_stall_ms=_ms(stalls), freshness_ms=_ms(fresh), gbps=nbytes / statistics.mean(stalls) / 1e9,
-                      picked=sorted({f["transport"] for f in followed}))
+                      picked=sorted({f["transport"] for f in followed}), versions_behind=statistics.mean(behind),
+                      versions_behind_max=max(behind), versions_never_held=statistics.mean(never_held))
     else:
         result.update(generator_stall_ms=result["trainer_blocked_ms"], freshness_ms=result["trainer_blocked_ms"], gbps=None,
-                      picked=[transport])
+                      picked=[transport], versions_behind=0.0, versions_behind_max=0, versions_never_held=0.0)
+    result["pull_ms"] = result["generator_stall_ms"]
     return result
 
 
 def main(chapter_module: str, argv: list[str]) -> dict:
     """Run the benchmark on the chapter module named `chapter_module` (exercises or solutions);
-    print the table and answer the report (the JSON's content)."""
+    print the table and answer the report (the JSON's content). With --sizes, one table per size, then
+    the scaling table, and the report holds one such report per size under "sizes"."""
     transport_names = _chapter(chapter_module.rsplit(".", 1)[0] + ".ch07_transports").TRANSPORTS
     cuda = torch.cuda.is_available()
     parser = argparse.ArgumentParser(prog=f"python -m {chapter_module} --bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--size", choices=sorted(SIZES), default="0.5b", help="Qwen2.5-0.5B shapes (~1 GB bf16) or a 0.27 GB cut")
+    parser.add_argument("--size", default="0.5b", help="Qwen2.5-0.5B shapes (0.5b, ~1 GB bf16), a 0.27 GB cut (small), "
+                        "a 0.07 GB cut (tiny), or a size in GB")
+    parser.add_argument("--sizes", default="", help="several sizes (names or GB, comma-separated, e.g. 0.07,0.27,0.99): "
+                        "a table for each, then how trainer-blocked time, pull time and freshness scale")
     parser.add_argument("--json", metavar="PATH", help="also write the figures here")
     parser.add_argument("--generators", type=int, default=2)
     parser.add_argument("--syncs", type=int, default=5, help="training steps, each followed by a publish")
@@ -274,9 +307,55 @@ def main(chapter_module: str, argv: list[str]) -> dict:
     bad = [t for t in transports if t not in transport_names or (t == "cuda_ipc" and not cuda)]
     if bad:
         parser.error(f"unknown or unavailable transports {bad}; choose from {list(transport_names)} (cuda_ipc needs a GPU)")
+    sizes = [_size_name(s, parser) for s in (args.sizes or args.size).split(",") if s.strip()]
 
     hardware = _hardware()
     print(f"Weight-sync benchmark on {hardware['cpu']} ({hardware['cores']} cores), GPU: {hardware['gpu'] or 'none'}")
+    reports = []
+    for size in sizes:
+        args.size = size
+        reports.append(_run_size(chapter_module, args, transports, device, cuda, hardware))
+    report = reports[0] if not args.sizes else {"hardware": hardware, "sizes": reports}
+    if args.sizes:
+        _print_scaling(reports, args)
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump(report, out, indent=2)
+        print(f"\nWrote {args.json}")
+    return report
+
+
+def _size_name(size: str, parser) -> str:
+    size = size.strip()
+    if size in SIZES:
+        return size
+    try:
+        return size_for_gb(float(size))
+    except ValueError:
+        parser.error(f"size {size!r}: use one of {sorted(SIZES)} or a number of GB")
+
+
+def _print_scaling(reports: list[dict], args) -> None:
+    """One line per size and transport (staged mode): what grows with the bytes, against the step."""
+    print(f"\nScaling (staged; step {args.step_ms:.0f} ms, generation {args.gen_ms:.0f} ms, {args.generators} generators, "
+          f"{args.syncs} syncs):")
+    header = (f"{'GB':>5} {'transport':<9} {'trainer-blocked ms':>19} {'pull ms':>8} {'pull/step':>9} {'freshness ms':>13} "
+              f"{'behind':>7} {'never held':>11} {'skipped':>8}")
+    print(header + "\n" + "-" * len(header))
+    for report in reports:
+        for r in report["results"]:
+            if r["mode"] != "staged":
+                continue
+            print(f"{r['nbytes'] / 1e9:>5.2f} {r['transport']:<9} {r['trainer_blocked_ms']:>19.1f} {r['pull_ms']:>8.0f} "
+                  f"{r['pull_ms'] / args.step_ms:>9.2f} {r['freshness_ms']:>13.0f} {r['versions_behind']:>7.2f} "
+                  f"{r['versions_never_held']:>11.1f} {r['skipped']:>8}")
+    print("behind: versions the trainer had published beyond the one a generator had just loaded (mean over loads); "
+          "never held: measured versions a generator never loaded (mean per generator); skipped: publishes that "
+          "found no free slot")
+
+
+def _run_size(chapter_module: str, args, transports: list[str], device: str, cuda: bool, hardware: dict) -> dict:
+    """Every transport, staged and blocking, at args.size: print its table, answer its report."""
     results = []
     for transport in transports:
         for mode in ("staged", "blocking"):
@@ -317,8 +396,4 @@ def main(chapter_module: str, argv: list[str]) -> dict:
     report = {"hardware": hardware, "config": {"size": args.size, "bytes": nbytes, "dtype": "bfloat16", "device": device,
               "generators": args.generators, "syncs": args.syncs, "step_ms": args.step_ms, "gen_ms": args.gen_ms},
               "copy_limits": limits, "results": results, "summary": summary}
-    if args.json:
-        with open(args.json, "w") as out:
-            json.dump(report, out, indent=2)
-        print(f"\nWrote {args.json}")
     return report

@@ -18,6 +18,7 @@
     koans viz              an HTML page of chapter 10's timeline, with a sync-to-async slider
     koans verify           (maintainers) every chapter gates its TODOs; --mutants: and fails every wrong answer
     koans bench --gpu      (maintainers) every GPU test and benchmark, into one JSON (--out gpu.json)
+    koans bench --data-plane  (maintainers) pulls, resharding, async depth, each beside its limit (--json F)
 
 Results are kept in .koans/state.json. $KOANS_CHAPTERS=1,2 restricts the runner to those chapters.
 Plain pytest works too: `pytest tests/test_ch01_hello_actor.py`.
@@ -817,7 +818,8 @@ def main(argv: list[str] | None = None) -> int:
     if not hidden:
         sub.add_parser("verify", help="maintainers: every chapter gates its TODOs (--mutants: and every wrong answer)",
                        add_help=False)
-        sub.add_parser("bench", help="koans bench --gpu: every GPU test and benchmark, into one JSON", add_help=False)
+        sub.add_parser("bench", help="koans bench --gpu: every GPU test and benchmark, into one JSON; koans bench "
+                       "--data-plane: pulls, resharding and async against their limits", add_help=False)
         sub.add_parser("edition", help="instructors: write the student edition (no solutions) into a new folder",
                        add_help=False)
     args, rest = parser.parse_known_args(argv)
@@ -831,6 +833,10 @@ def main(argv: list[str] | None = None) -> int:
 
             return verify_main(rest)
         if args.command == "bench":
+            if "--data-plane" in rest:
+                from koans.bench_data_plane import main as data_plane_main
+
+                return data_plane_main([arg for arg in rest if arg != "--data-plane"])
             from koans.bench_gpu import main as bench_main
 
             return bench_main(rest)

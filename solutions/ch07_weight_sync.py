@@ -37,7 +37,7 @@ import torch
 from koans.demo import run_demo
 from monarch.actor import Actor, endpoint
 
-from .ch07_transports import Layout, SourceCache, StagingArea, check_compatible, load_snapshot, pick_transport
+from .ch07_transports import READS_IN_FLIGHT, Layout, SourceCache, StagingArea, check_compatible, load_snapshot, pick_transport
 
 TIMEOUT = 60.0
 
@@ -256,11 +256,12 @@ class SnapshotReader:
     """Lives in a generator's process and pulls new versions into its weights on request.
 
     `targets` are the tensors to fill, e.g. `model.state_dict()` (whose tensors
-    share memory with the model), in any dtype and on any device.
+    share memory with the model), in any dtype and on any device. `reads_in_flight`: how many
+    chunks an RDMA pull reads at once.
     """
 
     def __init__(self, store: WeightStore, targets: Mapping[str, torch.Tensor], *, transport: str = "auto",
-                 timeout: float = TIMEOUT, attempts: int = 3):
+                 timeout: float = TIMEOUT, attempts: int = 3, reads_in_flight: int = READS_IN_FLIGHT):
         if not targets:
             raise ValueError("SnapshotReader got no tensors to load into; pass model.state_dict()")
         self.store, self.targets, self.transport, self.timeout = store, dict(targets), transport, timeout
@@ -270,7 +271,7 @@ class SnapshotReader:
         self.lost_leases = 0  # loads thrown away because the lease expired during them
         self.last_transport: str | None = None
         self._checked_layout: Layout | None = None
-        self._sources = SourceCache(timeout)
+        self._sources = SourceCache(timeout, reads_in_flight)  # RDMA: chunks read at once (ch07_transports)
 
     async def pull_and_load(self, halfway: Callable[[], Awaitable[None]] | None = None) -> int | None:
         """Load the latest version if it is newer than ours; answer it, or None if there is none."""
