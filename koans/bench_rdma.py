@@ -321,7 +321,7 @@ def main(argv: list[str] | None = None) -> dict:
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="0.27,1", help="GB per read, comma-separated")
     parser.add_argument("--repeats", type=int, default=5, help="reads per process pair")
-    parser.add_argument("--rounds", type=int, default=1,
+    parser.add_argument("--rounds", type=int, default=3,
                         help="fresh process pairs per row, taken round-robin over the rows (the median is reported)")
     parser.add_argument("--configs", default="", help="only these configurations (numbers from 1, comma-separated)")
     parser.add_argument("--json", metavar="PATH")

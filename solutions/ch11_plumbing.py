@@ -339,7 +339,7 @@ def mismatch_table(report: dict) -> str:
 #: Async rollouts in flight by default: with D in flight, a latency L costs each rollout about L / D of
 #: waiting, until the CPU (or the trainer) is what limits. The sweep (--sweep-depth) measures it.
 DEFAULT_DEPTH = 16
-LAB_MAX_LAG = 2  # the staleness bound of the latency lab's buffer: a group more than 2 versions old is dropped
+LAB_MAX_LAG = RunConfig.max_lag  # the chapter's staleness bound (1): a group more versions behind is never trained
 
 
 async def scored_after(task: CountingTask, rollout, latency_s: float):
@@ -348,11 +348,21 @@ async def scored_after(task: CountingTask, rollout, latency_s: float):
     return score(task, rollout)
 
 
-async def rollouts_with_env(service, buffer, task, stop: asyncio.Event, worker: int, seed: int, latency_s: float) -> int:
+async def rollouts_with_env(service, buffer, task, stop: asyncio.Event, worker: int, seed: int, latency_s: float,
+                            pacer=None) -> int:
+    """Chapter 10's rollout loop with an environment that takes `latency_s`. With the job's `pacer`, a group is
+    started only if it will be trained within the bound (admission): depth then costs no dropped groups."""
+    from .ch10_qwen_grpo import PACING_WAIT_S
+
     rng, made = random.Random(seed * 1000 + worker), 0
     while not stop.is_set():
-        rollout = await service.route("generate", task.sample(rng), f"env{latency_s}-w{worker}-{made + 1}")
-        await asyncio.wait_for(buffer.put.call_one(await scored_after(task, rollout, latency_s)), TIMEOUT)
+        rollout = await service.route("generate", task.sample(rng), f"env{latency_s}-w{worker}-{made + 1}",
+                                      paced=pacer is not None)
+        if rollout is None:  # held back by the pacer: nothing was generated
+            await asyncio.sleep(PACING_WAIT_S)
+            continue
+        put = asyncio.wait_for(buffer.put.call_one(await scored_after(task, rollout, latency_s)), TIMEOUT)
+        await (pacer.put_then_done(put, rollout.ticket) if pacer is not None else put)
         made += 1
     return made
 
@@ -368,7 +378,7 @@ async def latency_experiment(latencies_ms: list[float], steps: int = 24, depths:
     """One chapter 10 job (tiny model); for each latency: `steps` in lock step, then `steps` async at each
     depth (rollouts in flight; default [DEFAULT_DEPTH]). One row per latency and depth."""
     from .ch09_async_loops import continuous_training
-    from .ch10_plumbing import Job, ask, wait_for_version
+    from .ch10_plumbing import Job, PacerClient, ask, wait_for_version
 
     depths = list(depths or [DEFAULT_DEPTH])
     # chapter 10's first recipe (G=8, no KL, per-response mean): the lab measures latency, not learning
@@ -394,8 +404,12 @@ async def latency_experiment(latencies_ms: list[float], steps: int = 24, depths:
             for depth in depths:
                 stop, started = asyncio.Event(), time.monotonic()
                 await ask(job.buffer.advance, result["version"])
+                pacer = None
+                if job.pacer is not None:  # admission numbers from the learner's version now, as chapter 10's run does
+                    await ask(job.pacer.start, result["version"])
+                    pacer = PacerClient(job.pacer)
                 # `depth` rollout loops: each generates, waits for the environment, puts; so `depth` in flight
-                loops = [rollouts_with_env(job.service, job.buffer, job.task, stop, w, 0, latency)
+                loops = [rollouts_with_env(job.service, job.buffer, job.task, stop, w, 0, latency, pacer)
                          for w in range(depth)]
                 training = continuous_training(job.trainer, job.buffer, steps, config.groups_per_step, stop)
                 *_, results = await asyncio.wait_for(asyncio.gather(*loops, training), 30 * TIMEOUT)
