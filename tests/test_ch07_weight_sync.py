@@ -149,8 +149,8 @@ def test_claim_never_answers_a_slot_a_reader_holds(store_here):
            "a slot under a lease is needed by its reader; answer another slot"))
     assert ask(store.stats)["skipped_claims"] == 0, (
         "the store counted a skipped claim, though every claim in this test had a free slot (one neither the latest "
-        "version's, nor being written, nor under a lease): answer such a slot, and count skipped_claims only when "
-        "answering None")
+        "version's, nor being written, nor under a lease) among its 3 slots: look at every slot, "
+        "0 to len(self.offers) - 1, answer such a slot, and count skipped_claims only when answering None")
     ask(store.release, lease.lease)
 
 
