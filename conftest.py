@@ -5,18 +5,18 @@
   cannot pass options. Tests get the chapter module from the `chapter` fixture
   and never import `exercises` or `solutions` themselves.
 - Monarch processes start fast: forked from a warm Python that imported what
-  they need (torch, for most chapters) once (koans/forkserver.py), not started cold.
+  they need (torch, for most chapters) once (koans/testkit/forkserver.py), not started cold.
 - Monarch hygiene: a crashing actor process must not end the session, process
   death is detected within seconds, and no Monarch process may outlive the session
   (checked at the end; a leftover fails the run).
 - Nothing hangs: every test body has a time limit (120 s, or
   @pytest.mark.time_limit(s), or $KOANS_TEST_TIME_LIMIT) on top of the
   timeouts of its own waits.
-- Failures point at the TODO behind them (see koans/harness.py).
+- Failures point at the TODO behind them (see koans/testkit/explain.py).
 - For the `koans` runner: per-test results as JSON (--koans-json), live
   progress events (--koans-progress), and a notice when the running test has
   waited, with nothing moving and no timeout, in or for a TODO for a while
-  ($KOANS_HANG_NOTICE_S, default 10 s), saying where (koans.harness.HangWatch).
+  ($KOANS_HANG_NOTICE_S, default 10 s), saying where (koans.testkit.hangs.HangWatch).
 """
 
 import asyncio
@@ -29,7 +29,7 @@ import sys
 
 # Supervision polls every 500 ms instead of every ~10 s, so tests that kill a
 # process see the failure quickly. Must be set before any process is spawned.
-# (`koans check` asks for 100 ms: koans.runner.SUPERVISION_POLL says why.)
+# (`koans check` asks for 100 ms: koans.learn.runner.SUPERVISION_POLL says why.)
 os.environ.setdefault("HYPERACTOR_MESH_SUPERVISION_POLL_FREQUENCY", "500ms")
 # Messages are acknowledged every 500 ms by default; with that, a ProcMesh.stop()
 # took about 0.5 s here, and 0.03-0.07 s with 50 ms (2 cores, torchmonarch 0.7.0).
@@ -38,19 +38,20 @@ os.environ.setdefault("HYPERACTOR_MESSAGE_ACK_TIME_INTERVAL", "50ms")
 
 import pytest  # noqa: E402
 
-from koans import harness  # noqa: E402
-from koans.forkserver import Zygote  # noqa: E402
-from koans.manifest import chapter_for_module  # noqa: E402
-from koans.results import ProgressLog, ResultLog  # noqa: E402
+from koans.course.manifest import IMPL_ENV, chapter_for_module  # noqa: E402
+from koans.testkit import code_under_test, explain, hangs, processes  # noqa: E402
+from koans.testkit.results import ProgressLog, ResultLog  # noqa: E402
+from koans.testkit.time_limit import time_limit  # noqa: E402
+from koans.testkit.zygote import Zygote  # noqa: E402
 
-SESSION_TAG = harness.new_session_tag()
-harness.detect_deaths_quickly()
+SESSION_TAG = processes.new_session_tag()
+processes.detect_deaths_quickly()
 ZYGOTE: Zygote | None = None
 
 
 def pytest_addoption(parser):
     group = parser.getgroup("koans")
-    group.addoption("--impl", choices=harness.IMPLS, default=None, help="code under test (default: exercises, or $KOANS_IMPL)")
+    group.addoption("--impl", choices=code_under_test.IMPLS, default=None, help="code under test (default: exercises, or $KOANS_IMPL)")
     group.addoption("--koans-tracebacks", action="store_true", help="keep full tracebacks for unwritten TODOs and timeouts")
     group.addoption("--koans-json", metavar="PATH", default=None, help="write per-test results as JSON (used by the koans CLI)")
     group.addoption("--koans-progress", metavar="PATH", default=None,
@@ -65,20 +66,20 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     try:
-        impl = harness.selected_impl(config.getoption("--impl"))
+        impl = code_under_test.selected_impl(config.getoption("--impl"))
     except ValueError as err:  # an unknown --impl, or --impl solutions in the student edition
         raise pytest.UsageError(str(err)) from None
-    os.environ[harness.IMPL_ENV] = impl  # seen by helpers and by the processes we spawn
+    os.environ[IMPL_ENV] = impl  # seen by helpers and by the processes we spawn
     config.koans_impl = impl
     config.koans_results = ResultLog(config.getoption("--koans-json"))
     config.koans_progress = ProgressLog(config.getoption("--koans-progress"))
     _CONFIG["config"] = config
-    # Monarch processes fork from a warm Python that has imported what they need (koans/forkserver.py):
+    # Monarch processes fork from a warm Python that has imported what they need (koans/testkit/forkserver.py):
     # a process then starts in a fraction of a second instead of seconds. Before Monarch's client starts.
     global ZYGOTE
     asked = [config.invocation_params.dir / arg.split("::")[0] for arg in config.args]
-    ZYGOTE = config.koans_zygote = Zygote.start(preload=harness.process_imports(asked))
-    harness.install_fault_hook()  # starts Monarch's client: this host forks its processes from the zygote
+    ZYGOTE = config.koans_zygote = Zygote.start(preload=processes.process_imports(asked))
+    processes.install_fault_hook()  # starts Monarch's client: this host forks its processes from the zygote
     Zygote.only_existing_hosts()
 
 
@@ -92,7 +93,7 @@ def _marked_todos(item):
     if not keys:
         return []
     chapter = chapter_for_module(item.path.stem)
-    known = {todo.key: todo for todo in harness.chapter_todos(chapter)} if chapter else {}
+    known = {todo.key: todo for todo in code_under_test.chapter_todos(chapter)} if chapter else {}
     unknown = [key for key in keys if key not in known]
     if unknown:
         raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.todo names {unknown}, not TODOs of this chapter: {sorted(known)}")
@@ -125,9 +126,9 @@ def chapter(request):
     if found is None:
         raise LookupError(f"{request.path.name} is not a chapter test file (expected tests/test_chNN_<slug>.py)")
     try:
-        return harness.import_chapter(found, request.config.koans_impl)
+        return code_under_test.import_chapter(found, request.config.koans_impl)
     except Exception as err:  # the learner's file does not even import: say where, briefly
-        pytest.fail(harness.import_failure_message(found, request.config.koans_impl, err), pytrace=False)
+        pytest.fail(code_under_test.import_failure_message(found, request.config.koans_impl, err), pytrace=False)
 
 
 @pytest.fixture(scope="module")
@@ -176,18 +177,18 @@ def shared_procs():
     def get(**per_host):
         key = tuple(sorted(per_host.items()))
         procs = meshes.get(key)
-        if procs is not None and faults_seen[key] != len(harness.recorded_faults):
-            if not harness.procs_accept_new_actors(procs):
-                harness.stop_procs(procs)
+        if procs is not None and faults_seen[key] != len(processes.recorded_faults):
+            if not processes.procs_accept_new_actors(procs):
+                processes.stop_procs(procs)
                 procs = None
         if procs is None:
             procs = meshes[key] = this_host().spawn_procs(per_host=per_host)
-        faults_seen[key] = len(harness.recorded_faults)
+        faults_seen[key] = len(processes.recorded_faults)
         return procs
 
     yield get
     for procs in meshes.values():
-        harness.stop_procs(procs)
+        processes.stop_procs(procs)
 
 
 @pytest.fixture
@@ -218,7 +219,7 @@ def fresh_procs():
     make.forget = forget
     yield make
     for procs in made:
-        harness.stop_procs(procs)
+        processes.stop_procs(procs)
 
 
 def _time_limit(item) -> float:
@@ -229,7 +230,7 @@ def _time_limit(item) -> float:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
     """Every test body runs under a time limit, a backstop for waits without a timeout."""
-    with harness.time_limit(_time_limit(item)):
+    with time_limit(_time_limit(item)):
         return (yield)
 
 
@@ -251,7 +252,7 @@ def pytest_sessionstart(session):
             for line in ("koans: " + text).splitlines():
                 reporter.write_line(line, yellow=True)
 
-    config.koans_hang_watch = harness.HangWatch(float(os.environ.get("KOANS_HANG_NOTICE_S", "10")), notify).start()
+    config.koans_hang_watch = hangs.HangWatch(float(os.environ.get("KOANS_HANG_NOTICE_S", "10")), notify).start()
 
 
 def pytest_collection_finish(session):
@@ -272,7 +273,7 @@ def pytest_runtest_protocol(item, nextitem):
     chapter = chapter_for_module(item.path.stem)
     if chapter is not None:  # a learner's chapter: say where a hang waits
         config.koans_hang_watch.test_started(
-            harness.WatchedTest(item.name, todos, harness.scope_todos(chapter), _time_limit(item)))
+            hangs.WatchedTest(item.name, todos, code_under_test.scope_todos(chapter), _time_limit(item)))
     config.koans_progress.event("start", nodeid=item.nodeid, name=item.name, todos=[t.key for t in todos])
     try:
         return (yield)  # setup, call and teardown, each reported
@@ -301,16 +302,16 @@ def pytest_runtest_makereport(item, call):
     todos = marked = _marked_todos(item)
     if report.failed and call.excinfo is not None:
         chapter = chapter_for_module(item.path.stem)
-        scope = harness.scope_todos(chapter) if chapter else todos
-        text, replace, about = harness.explain_failure(call.excinfo, item.path, todos, item.config.koans_impl, scope)
+        scope = code_under_test.scope_todos(chapter) if chapter else todos
+        text, replace, about = explain.explain_failure(call.excinfo, item.path, todos, item.config.koans_impl, scope)
         if about:  # the failure is about these: the runner's hint follows them
             todos = about
             hint_marker = item.get_closest_marker("hint")  # the hint that fits this test's clause
-            report.koans_hint = harness.blamed_hint(call.excinfo.value) or (
+            report.koans_hint = explain.blamed_hint(call.excinfo.value) or (
                 hint_marker.args[0] if hint_marker and len(marked) == 1 and list(about) == marked else None)
         report.koans_note = text
         try:
-            report.koans_summary = harness.failure_summary(call.excinfo)
+            report.koans_summary = explain.failure_summary(call.excinfo)
         except Exception:  # a summary is a courtesy; never let it break the report
             report.koans_summary = None
         if text and replace and not item.config.getoption("--koans-tracebacks"):
@@ -336,7 +337,7 @@ def pytest_sessionfinish(session, exitstatus):
     watch = getattr(session.config, "koans_hang_watch", None)
     if watch is not None:
         watch.stop()
-    leftovers = harness.leftover_processes(SESSION_TAG, skip=ZYGOTE and ZYGOTE.is_helper)
+    leftovers = processes.leftover_processes(SESSION_TAG, skip=ZYGOTE and ZYGOTE.is_helper)
     if ZYGOTE is not None:
         ZYGOTE.stop()  # after the check: the processes it forked die with it
     session.config.koans_leftovers = leftovers

@@ -6,7 +6,7 @@
 import asyncio
 import os
 
-from koans.demo import demo_options
+from koans.learn.demo import demo_options
 from monarch.actor import this_proc
 
 from .ch01_hello_actor import greet_twice, spawn_greeter, start_one_process

@@ -24,7 +24,7 @@ Check: koans check 2    Demo: python -m exercises.ch02_actor_mesh    Read: docs/
 import math
 import os
 
-from koans.demo import run_demo
+from koans.learn.demo import run_demo
 from monarch.actor import Actor, ProcMesh, current_rank, current_size, endpoint
 
 

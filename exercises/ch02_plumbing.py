@@ -6,7 +6,7 @@ in it is a TODO.
 
 import time
 
-from koans.demo import demo_options
+from koans.learn.demo import demo_options
 from monarch.actor import Actor, endpoint, this_host
 
 from .ch02_actor_mesh import spawn_workers, sum_of_squares

@@ -1,13 +1,13 @@
 """Chapter 03 plumbing: the demo. You may skip this file; nothing in it is a TODO.
 
     python -m exercises.ch03_rdma_transfer            the demo (the reference: python -m solutions.ch03_rdma_transfer)
-    python -m exercises.ch03_rdma_transfer --bench    read throughput and Monarch's knobs (koans/bench_rdma.py)
+    python -m exercises.ch03_rdma_transfer --bench    read throughput and Monarch's knobs (koans/bench/rdma.py)
 """
 
 import sys
 import time
 
-from koans.demo import demo_options
+from koans.learn.demo import demo_options
 from monarch.actor import this_host
 from monarch.rdma import get_rdma_backend
 
@@ -17,7 +17,7 @@ from .ch03_rdma_transfer import Reader, TensorOwner, fingerprint, message_bytes
 def main() -> None:
     if "--bench" in sys.argv[1:]:  # the benchmark parses its own flags: --bench --help lists them
         rest = [arg for arg in sys.argv[1:] if arg != "--bench"]
-        from koans.bench_rdma import main as bench_main
+        from koans.bench.rdma import main as bench_main
 
         bench_main(rest)
         return

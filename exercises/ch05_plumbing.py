@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from koans.demo import demo_options
+from koans.learn.demo import demo_options
 from monarch.actor import ProcMesh
 
 from .ch05_supervision import TIMEOUT, Supervisor, spawn_supervisor

@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from koans.demo import run_demo
+from koans.learn.demo import run_demo
 
 from .ch05_supervision import classify
 from .ch06_plumbing import Replica, ReplicaPool

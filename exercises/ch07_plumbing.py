@@ -3,7 +3,7 @@ ones, a gate that holds a reader halfway, and the demo. You may skip this file; 
 a TODO.
 
     python -m exercises.ch07_weight_sync           the demo, on your code (the reference: solutions.ch07_weight_sync)
-    python -m exercises.ch07_weight_sync --bench   the benchmark (koans/bench_weight_sync.py)
+    python -m exercises.ch07_weight_sync --bench   the benchmark (koans/bench/weight_sync.py)
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import asyncio
 import sys
 import time
 
-from koans.demo import demo_options
+from koans.learn.demo import demo_options
 import torch
 from monarch.actor import Actor, endpoint, this_host
 
@@ -229,7 +229,7 @@ async def demo() -> None:
 def main() -> None:
     if "--bench" in sys.argv[1:]:  # the benchmark parses its own flags: --bench --help lists them
         rest = [arg for arg in sys.argv[1:] if arg != "--bench"]
-        from koans.bench_weight_sync import main as bench_main
+        from koans.bench.weight_sync import main as bench_main
 
         bench_main(f"{__package__}.ch07_weight_sync", rest)
         return

@@ -44,7 +44,7 @@ import os
 from dataclasses import dataclass
 
 import torch
-from koans.demo import run_demo
+from koans.learn.demo import run_demo
 from monarch.actor import endpoint
 from torch.distributed.tensor import Shard
 

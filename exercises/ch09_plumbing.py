@@ -12,10 +12,10 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
-from koans.demo import demo_options
+from koans.learn.demo import demo_options
 import torch
-from koans.report import histogram
-from koans.timeline import Recorder, ascii_timeline, busy_fraction, merge
+from koans.learn.report import histogram
+from koans.learn.timeline import Recorder, ascii_timeline, busy_fraction, merge
 from monarch.actor import Actor, ProcMesh, concurrent_endpoint, endpoint, this_host
 
 from .ch07_weight_sync import SnapshotReader, WeightPublisher, WeightStore

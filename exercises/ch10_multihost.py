@@ -7,10 +7,10 @@ TODO; you may skip it. docs/appendix/multihost.md tells the story.
 
 A Monarch *job* hands out hosts, one HostMesh per role. `monarch.job.ProcessJob` makes each host a
 local worker process on a socket of its own: that is what runs here and in the tests. SlurmJob and
-KubernetesJob hand out the same HostMeshes on a cluster (--scheduler). koans/slurm_cluster.sh starts
+KubernetesJob hand out the same HostMeshes on a cluster (--scheduler). koans/cluster/slurm_cluster.sh starts
 a real Slurm cluster whose nodes are namespaces on this machine (root only), and tests run on it too:
 
-    koans/slurm_cluster.sh run .venv/bin/python -m exercises.ch10_qwen_grpo --hosts 3 --scheduler slurm
+    koans/cluster/slurm_cluster.sh run .venv/bin/python -m exercises.ch10_qwen_grpo --hosts 3 --scheduler slurm
 
 The actors, the loops and the weight sync are chapter 10's; only where their processes start changes.
 
@@ -73,7 +73,7 @@ class HostsSpec:
             raise ValueError("killing a generator host needs another generator host to carry on: hosts >= 3")
         if self.kill_host_at and self.scheduler == "kubernetes":
             raise ValueError("only hosts on this machine can be killed from here: simulated ones (scheduler "
-                             "'process'), or the Slurm nodes of koans/slurm_cluster.sh (scheduler 'slurm')")
+                             "'process'), or the Slurm nodes of koans/cluster/slurm_cluster.sh (scheduler 'slurm')")
 
     @property
     def meshes(self) -> dict[str, int]:
@@ -250,16 +250,16 @@ def worker_process(pid: int, host: str) -> int:
         ours = False
     if not ours:
         raise RuntimeError(f"process {pid} of host {host} does not run on this machine: only hosts that do can be "
-                           "killed from here (--scheduler process, or the nodes of koans/slurm_cluster.sh)")
+                           "killed from here (--scheduler process, or the nodes of koans/cluster/slurm_cluster.sh)")
     if b"run_worker_loop_forever" not in command and b"_process_worker" not in command:
         raise RuntimeError(f"process {pid}'s parent {parent} is no host worker; only simulated hosts "
-                           "(--scheduler process) and the nodes of koans/slurm_cluster.sh can be killed from here")
+                           "(--scheduler process) and the nodes of koans/cluster/slurm_cluster.sh can be killed from here")
     return parent
 
 
 def host_processes(worker: int) -> list[int]:
     """What dies with the host of `worker`. A simulated host (ProcessJob) shares this process's network:
-    its worker alone, whose processes die with it. A node of koans/slurm_cluster.sh is a network namespace
+    its worker alone, whose processes die with it. A node of koans/cluster/slurm_cluster.sh is a network namespace
     of its own: every process in it (its slurmd, the job's step, the worker and the processes it started,
     the process that holds the namespace), as when a machine fails."""
     network = os.readlink(f"/proc/{worker}/ns/net")
@@ -300,7 +300,7 @@ def hostname_problem() -> str | None:
         return None
     return (f"this machine's name {name!r} {reason}, and Monarch's TCP transport needs an address other machines "
             "can reach: give the name such an address in /etc/hosts (or DNS); on the cluster of "
-            "koans/slurm_cluster.sh, run the command through `koans/slurm_cluster.sh run`")
+            "koans/cluster/slurm_cluster.sh, run the command through `koans/cluster/slurm_cluster.sh run`")
 
 
 def _picked(spans: list) -> list[str]:
@@ -315,7 +315,7 @@ def first_line(err: BaseException) -> str:
 
 async def kill_host(job, step: int) -> dict:
     """SIGKILL the host generator replica 0 is on (host_processes: its worker process, or a whole Slurm
-    node of koans/slurm_cluster.sh), as when a machine fails. Then call that replica once more, and record
+    node of koans/cluster/slurm_cluster.sh), as when a machine fails. Then call that replica once more, and record
     what Monarch answers, and when."""
     service, hosts = job.service, job.hosts
     replica = service.replicas[0]
@@ -447,7 +447,7 @@ def add_host_flags(parser: argparse.ArgumentParser) -> None:
                             "slurm (monarch.job.SlurmJob) or kubernetes (monarch.job.kubernetes.KubernetesJob)")
     group.add_argument("--kill-host-at", type=int, default=0, metavar="STEP",
                        help="SIGKILL a generator host after this step (hosts on this machine: simulated ones, "
-                            "or a node of koans/slurm_cluster.sh)")
+                            "or a node of koans/cluster/slurm_cluster.sh)")
     group.add_argument("--gpus-per-host", type=int, default=None, metavar="G",
                        help="GPUs per cluster host: each generator on a host gets one of them")
     group.add_argument("--slurm-partition", help="SlurmJob: the partition to submit to")

@@ -25,10 +25,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
-from koans.report import ascii_curve, histogram
-from koans.timeline import Recorder, busy_fraction, merge, write_chrome_trace
-from koans.viz import DEFAULT_COMPARE as COMPARE
-from koans.viz import DEFAULT_TRACE as LAST_TRACE
+from koans.learn.report import ascii_curve, histogram
+from koans.learn.timeline import Recorder, busy_fraction, merge, write_chrome_trace
+from koans.learn.viz import DEFAULT_COMPARE as COMPARE
+from koans.learn.viz import DEFAULT_TRACE as LAST_TRACE
 from monarch.actor import Actor, context, endpoint, this_host
 
 from .ch06_plumbing import kill_replica, replica_label
@@ -543,7 +543,7 @@ def main() -> None:
                                  args.kill_at, hosts)
     if args.compare:
         s, a = figures["sync"], figures["async"]
-        from koans.bench_weight_sync import _hardware
+        from koans.bench.weight_sync import _hardware
 
         machine = _hardware()
         COMPARE.write_text(json.dumps({"sync": s["samples_per_s"], "async": a["samples_per_s"],

@@ -36,7 +36,7 @@ import random
 from dataclasses import dataclass
 
 import torch
-from koans.demo import run_demo
+from koans.learn.demo import run_demo
 
 from .ch10_policy import CountingTask, Prompt, load_policy
 

@@ -37,7 +37,7 @@ import time
 from collections import deque
 
 import torch
-from koans.manifest import PROJECT_ROOT
+from koans.course.manifest import PROJECT_ROOT
 
 from .ch10_policy import CountingTask, load_policy, prompt_ids, response_mask
 from .ch10_qwen_grpo import TIMEOUT, RunConfig, group_advantages, grpo_loss, response_logprobs, score

@@ -57,7 +57,7 @@ from __future__ import annotations
 import os
 
 import torch
-from koans.demo import run_demo
+from koans.learn.demo import run_demo
 
 from .ch10_qwen_grpo import masked_mean
 

@@ -29,7 +29,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from koans.timeline import Recorder
+from koans.learn.timeline import Recorder
 from monarch.actor import Actor, concurrent_endpoint, context, endpoint
 
 from .ch06_plumbing import replica_label

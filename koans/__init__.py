@@ -1,17 +1,16 @@
-"""The koans runner and test plumbing: nothing in here is an exercise.
+"""The koans runner and test plumbing: nothing in here is an exercise. One package per concern; a
+package imports only packages of lower rank, or its own (tests/course/test_architecture.py holds it):
 
-  manifest   the chapters, their files and hints
-  stubgen    writes exercises/ from the TODO regions of solutions/
-  harness    what conftest.py uses: code under test, Monarch hygiene, failure notes
-  testing    timeouts the chapter tests share
-  forkserver the tests' Monarch processes, forked from a warm Python instead of started cold
-  runner     runs a chapter's tests in a subprocess (for the CLI and verify)
-  results    per-test JSON written by pytest for the runner
-  cli        the `koans` command
-  verify     `koans verify`: every chapter gates its TODOs
-  demo       runs a chapter demo, pointing at unwritten TODOs
-  timeline   per-actor spans: ASCII lanes, busy fractions, Chrome trace JSON
-  bench_weight_sync   the chapter 07 benchmark (staged vs blocking weight sync)
+  course/    [0] what the course is: chapters, hints, TODO regions, what this checkout holds, the time model
+  testkit/   [1] what the chapters' tests stand on: conftest's plumbing, timeouts, the forkserver, failure notes
+  learn/     [2] the learner's runner (koans check, hint, watch, reset, ...), the chapters' demos, viz
+  grading/   [2] the instructor's: the student edition and the autograder
+  bench/     [2] benchmarks (koans bench, each chapter's --bench)
+  maintain/  [3] the maintainer's: stubgen, koans verify, mutants, contracts
+  cluster/       the Slurm cluster script of chapter 10's multi-host tests (not Python)
+  cli.py     [4] the `koans` command: parses and dispatches; nothing imports it
+
+docs/appendix/maintainers.md draws the picture and says where to change what.
 """
 
 import atexit

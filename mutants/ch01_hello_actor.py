@@ -1,6 +1,6 @@
 """Chapter 01: plausible wrong answers (see mutants/README.md)."""
 
-from koans.mutants import Mutant
+from koans.maintain.mutants import Mutant
 
 MUTANTS = [
     Mutant("Greeter.greet", "answers before counting, so the first greeting says #0", '''

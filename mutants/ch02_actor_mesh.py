@@ -5,7 +5,7 @@ With one Worker per process, as in every mesh of this chapter, it behaves
 exactly like the per-instance tally.
 """
 
-from koans.mutants import Mutant
+from koans.maintain.mutants import Mutant
 
 MUTANTS = [
     Mutant("Worker.whoami", "reports the message's view as the spawn place", '''

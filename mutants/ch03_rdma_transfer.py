@@ -4,7 +4,7 @@ Deleted as harmless: `send_copy` returning `self.tensor.clone()`; the reply
 is pickled either way, so the caller gets the same bytes.
 """
 
-from koans.mutants import Mutant
+from koans.maintain.mutants import Mutant
 
 MUTANTS = [
     Mutant("expose", "checks contiguity before the 1-D rule", '''

@@ -5,7 +5,7 @@ sink that refuses every record (ch04_plumbing.RefusingSink): only a work()
 that waited learns of it.
 """
 
-from koans.mutants import Mutant
+from koans.maintain.mutants import Mutant
 
 MUTANTS = [
     Mutant("MetricsSink.record", "answers the count from before the record", '''

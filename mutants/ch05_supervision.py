@@ -1,6 +1,6 @@
 """Chapter 05: plausible wrong answers (see mutants/README.md)."""
 
-from koans.mutants import Mutant
+from koans.maintain.mutants import Mutant
 
 MUTANTS = [
     Mutant("classify", "catches every exception as an endpoint error", '''

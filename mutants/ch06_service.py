@@ -1,6 +1,6 @@
 """Chapter 06: plausible wrong answers (see mutants/README.md)."""
 
-from koans.mutants import Mutant
+from koans.maintain.mutants import Mutant
 
 ROUTE = '''
     for number in range(self.attempts):

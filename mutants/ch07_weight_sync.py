@@ -1,6 +1,6 @@
 """Chapter 07: plausible wrong answers (see mutants/README.md)."""
 
-from koans.mutants import Mutant
+from koans.maintain.mutants import Mutant
 
 CLAIM = '''
     now = time.monotonic()

@@ -1,6 +1,6 @@
 """Chapter 08: plausible wrong answers (see mutants/README.md)."""
 
-from koans.mutants import Mutant
+from koans.maintain.mutants import Mutant
 
 SHARD_BOX = '''
     box = [(0, size) for size in shape]

@@ -1,6 +1,6 @@
 """Chapter 09: plausible wrong answers (see mutants/README.md)."""
 
-from koans.mutants import Mutant
+from koans.maintain.mutants import Mutant
 
 SAMPLE = '''
     self.learner_version = max(self.learner_version, learner_version)

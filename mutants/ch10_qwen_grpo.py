@@ -1,6 +1,6 @@
 """Chapter 10: plausible wrong answers (see mutants/README.md)."""
 
-from koans.mutants import Mutant
+from koans.maintain.mutants import Mutant
 
 LOSS = '''
     ratio = torch.exp(logps - old_logps)

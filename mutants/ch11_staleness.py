@@ -3,7 +3,7 @@
 effective_sample_size is given code now (chapter 11 keeps to four TODOs), so its mutants are gone.
 """
 
-from koans.mutants import Mutant
+from koans.maintain.mutants import Mutant
 
 LOSS = None  # set below to LOSS_NOW: every loss mutant breaks one clause of today's contract
 

@@ -6,7 +6,7 @@ separator dropped, round robin where least-loaded was asked, the lag taken from 
 token, a tool called directly (no retry on another worker), an episode that never ends.
 """
 
-from koans.mutants import Mutant
+from koans.maintain.mutants import Mutant
 
 APPEND = '''
     policy = logprobs is not None

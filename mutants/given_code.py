@@ -2,7 +2,7 @@
 
 The chapters' mutants (chNN_*.py) are wrong answers inside TODO regions, run by `koans verify --mutants`.
 These are wrong versions of code the course gives: each replaces one exact text of a solutions/ file and
-must make the named tests fail. tests/test_harness.py checks that each text is still there, exactly once.
+must make the named tests fail. tests/course/test_harness.py checks that each text is still there, exactly once.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ import os
 import socket
 
 import torch
-from koans.demo import run_demo
+from koans.learn.demo import run_demo
 from monarch.actor import Actor, ProcMesh, endpoint, this_host
 
 

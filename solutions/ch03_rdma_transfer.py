@@ -31,7 +31,7 @@ import warnings
 from dataclasses import dataclass
 
 import torch
-from koans.demo import run_demo
+from koans.learn.demo import run_demo
 from monarch.actor import Actor, endpoint
 from monarch.rdma import RDMABuffer, RDMATcpFallbackWarning
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 import os
 import uuid
 
-from koans.demo import run_demo
+from koans.learn.demo import run_demo
 from monarch.actor import Actor, current_rank, endpoint, get_or_spawn_controller
 
 SINK_NAME = "metrics_sink"

@@ -6,7 +6,7 @@ a TODO.
 
 import os
 
-from koans.demo import demo_options
+from koans.learn.demo import demo_options
 from monarch.actor import endpoint, this_host
 
 from .ch04_controllers import TIMEOUT, MetricsSink, Worker, find_sink

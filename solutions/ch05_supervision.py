@@ -29,8 +29,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from koans.demo import run_demo
-from koans.monarch_compat import SupervisionError  # Monarch does not export it publicly yet
+from koans.learn.demo import run_demo
+from koans.testkit.monarch_compat import SupervisionError  # Monarch does not export it publicly yet
 from monarch.actor import Actor, ActorError, MeshFailure, ProcMesh, default_bootstrap_cmd, endpoint, this_host
 
 POLL_ENV = "HYPERACTOR_MESH_SUPERVISION_POLL_FREQUENCY"

@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass
 
 import monarch.actor
-from koans.demo import demo_options
-from koans.monarch_compat import MESH_NAME_LIMIT, MONARCH_PROCESS_MESHES
+from koans.learn.demo import demo_options
+from koans.testkit.monarch_compat import MESH_NAME_LIMIT, MONARCH_PROCESS_MESHES
 from monarch.actor import Actor, ProcMesh, endpoint, this_host
 
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Awaitable, Callable, Mapping
 
 import torch
-from koans.demo import run_demo
+from koans.learn.demo import run_demo
 from monarch.actor import Actor, endpoint
 
 from .ch07_transports import READS_IN_FLIGHT, Layout, SourceCache, StagingArea, check_compatible, load_snapshot, pick_transport

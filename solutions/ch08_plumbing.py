@@ -2,7 +2,7 @@
 of a plan, and the demo. You may skip this file; nothing in it is a TODO.
 
     python -m exercises.ch08_dtensor_reshard           the demo (the reference: python -m solutions.ch08_dtensor_reshard)
-    python -m exercises.ch08_dtensor_reshard --bench   seconds against torch's redistribute (koans/bench_reshard.py)
+    python -m exercises.ch08_dtensor_reshard --bench   seconds against torch's redistribute (koans/bench/reshard.py)
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 import itertools
 from typing import TYPE_CHECKING
 
-from koans.demo import demo_options
+from koans.learn.demo import demo_options
 import torch
 from monarch.actor import Actor, current_rank, endpoint, this_host
 from torch.distributed.tensor import Replicate, Shard
@@ -197,7 +197,7 @@ def reshard(shape, seed, src_holders, src_mesh, src_layout, dst_holders, dst_mes
 
 def main() -> None:
     if "--bench" in sys.argv[1:]:  # the benchmark parses its own flags: --bench --help lists them
-        from koans.bench_reshard import main as bench_main
+        from koans.bench.reshard import main as bench_main
 
         bench_main(f"{__package__}.ch08_dtensor_reshard", [arg for arg in sys.argv[1:] if arg != "--bench"])
         return

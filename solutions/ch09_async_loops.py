@@ -30,7 +30,7 @@ import os
 from dataclasses import dataclass, field
 
 import torch
-from koans.demo import run_demo
+from koans.learn.demo import run_demo
 from monarch.actor import Actor, concurrent_endpoint, endpoint
 
 TIMEOUT = 60.0

@@ -35,7 +35,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from koans.demo import run_demo
+from koans.learn.demo import run_demo
 
 from .ch06_plumbing import InFlight
 from .ch06_service import Service

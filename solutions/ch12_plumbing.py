@@ -22,9 +22,9 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 
 import torch
-from koans.report import ascii_curve, histogram
-from koans.timeline import merge, write_chrome_trace
-from koans.viz import DEFAULT_TRACE as LAST_TRACE
+from koans.learn.report import ascii_curve, histogram
+from koans.learn.timeline import merge, write_chrome_trace
+from koans.learn.viz import DEFAULT_TRACE as LAST_TRACE
 from monarch.actor import endpoint
 
 from .ch06_service import Service

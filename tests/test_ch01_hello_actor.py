@@ -13,7 +13,7 @@ import pytest
 import torch
 from monarch.actor import this_proc
 
-from koans.testing import STARTUP_TIMEOUT, TIMEOUT
+from koans.testkit.testing import STARTUP_TIMEOUT, TIMEOUT
 
 
 @pytest.fixture

@@ -7,9 +7,9 @@ import types
 import pytest
 from monarch.actor import ActorError
 
-from koans import harness
-from koans.monarch_compat import SupervisionError
-from koans.testing import TIMEOUT
+from koans.testkit import processes
+from koans.testkit.monarch_compat import SupervisionError
+from koans.testkit.testing import TIMEOUT
 
 NUMBERS = list(range(1, 101))
 
@@ -157,7 +157,7 @@ def test_a_crashed_process_fails_its_caller_and_spares_the_others(chapter, fresh
     assert len(pair.whoami.call().get(timeout=TIMEOUT)) == 2, (
         "whoami.call() on a fresh mesh of 2 workers did not answer once per actor: call() reaches every actor, and "
         "its ValueMesh holds one reply for each of the 2")
-    faults_before = len(harness.recorded_faults)
+    faults_before = len(processes.recorded_faults)
 
     with pytest.raises(SupervisionError):
         pair.slice(procs=1).crash.call_one().get(timeout=TIMEOUT)
@@ -168,9 +168,9 @@ def test_a_crashed_process_fails_its_caller_and_spares_the_others(chapter, fresh
         "after its neighbour's process crashed, the actor at procs=0 did not report spawn_coords {'procs': 0}: "
         "spawn_coords is where the actor was spawned (kept from __init__), whatever view the message comes through")
     deadline = time.monotonic() + TIMEOUT
-    while len(harness.recorded_faults) == faults_before and time.monotonic() < deadline:
+    while len(processes.recorded_faults) == faults_before and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert len(harness.recorded_faults) > faults_before, "the crash reached the fault hook, which recorded it"
+    assert len(processes.recorded_faults) > faults_before, "the crash reached the fault hook, which recorded it"
 
 
 # --- TODO 3: Worker.sum_my_share -------------------------------------------------------------------

@@ -5,7 +5,7 @@ import asyncio
 import pytest
 import torch
 
-from koans.testing import STARTUP_TIMEOUT, TIMEOUT, checking, starts_apart
+from koans.testkit.testing import STARTUP_TIMEOUT, TIMEOUT, checking, starts_apart
 
 SMALL = 4096  # elements: big enough to be more than one packet, small enough to be quick
 

@@ -7,7 +7,7 @@ import monarch.actor
 import pytest
 from monarch.actor import ActorError, get_or_spawn_controller, this_proc
 
-from koans.testing import STARTUP_TIMEOUT, TIMEOUT
+from koans.testkit.testing import STARTUP_TIMEOUT, TIMEOUT
 
 
 @pytest.fixture

@@ -5,8 +5,8 @@ import asyncio
 import pytest
 from monarch.actor import ActorError
 
-from koans.monarch_compat import SupervisionError
-from koans.testing import STARTUP_TIMEOUT, TIMEOUT, run_on_virtual_clock
+from koans.testkit.monarch_compat import SupervisionError
+from koans.testkit.testing import STARTUP_TIMEOUT, TIMEOUT, run_on_virtual_clock
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ import asyncio
 import pytest
 from monarch.actor import ActorError
 
-from koans import harness
-from koans.testing import NEVER, STARTUP_TIMEOUT, TIMEOUT, AwaitedStandIn, StandIn, StuckForever, run_on_virtual_clock
+from koans.testkit import processes
+from koans.testkit.testing import NEVER, STARTUP_TIMEOUT, TIMEOUT, AwaitedStandIn, StandIn, StuckForever, run_on_virtual_clock
 
 
 @pytest.fixture(scope="module")
@@ -346,14 +346,14 @@ def test_a_replica_killed_mid_stream_costs_no_request_and_comes_back(chapter, pl
         await service.wait_recovered(timeout=STARTUP_TIMEOUT)
         return before, killed, answers, await service.fanout("whoami")
 
-    faults_before = len(harness.recorded_faults)
+    faults_before = len(processes.recorded_faults)
     before, killed, answers, answering = aio.run(scenario())
     assert answers == [i * i for i in range(30)], "every request is answered, the kill notwithstanding"
-    unexpected = [str(getattr(f, "mesh_name", f)) for f in harness.recorded_faults[faults_before:]]
+    unexpected = [str(getattr(f, "mesh_name", f)) for f in processes.recorded_faults[faults_before:]]
     assert not unexpected, (
         f"the kill of our own replica reached the job's fault hook as {unexpected}: the given ReplicaPool expects "
         "its replicas' deaths and those of the meshes Monarch keeps on every process "
-        "(koans.monarch_compat.MONARCH_PROCESS_MESHES); a new Monarch may have added one there")
+        "(koans.testkit.monarch_compat.MONARCH_PROCESS_MESHES); a new Monarch may have added one there")
     snapshot = service.snapshot()
     assert snapshot["failed"] == 0 and snapshot["replica_failures"] == 1, (
         f"failed {snapshot['failed']}, replica_failures {snapshot['replica_failures']}: no request failed, and the "

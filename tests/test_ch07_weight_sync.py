@@ -10,7 +10,7 @@ import pytest
 import torch
 from monarch.actor import this_proc
 
-from koans.testing import (NEVER, STARTUP_TIMEOUT, TIMEOUT, AwaitedStandIn, StandIn, StuckForever,
+from koans.testkit.testing import (NEVER, STARTUP_TIMEOUT, TIMEOUT, AwaitedStandIn, StandIn, StuckForever,
                            run_on_virtual_clock, starts_apart)
 
 TRANSPORTS = ["shm", "rdma"]

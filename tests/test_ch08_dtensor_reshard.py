@@ -8,7 +8,7 @@ import torch
 from torch.distributed.tensor import Replicate, Shard
 from torch.distributed.tensor._utils import _compute_local_shape_and_global_offset as torch_local_box
 
-from koans.testing import starts_apart
+from koans.testkit.testing import starts_apart
 
 CASES = 240  # generated layouts per property, from a fixed seed
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from monarch.actor import ActorError
 
-from koans.testing import (NEVER, STARTUP_TIMEOUT, TIMEOUT, AwaitedStandIn, StandIn, StuckForever, checking,
+from koans.testkit.testing import (NEVER, STARTUP_TIMEOUT, TIMEOUT, AwaitedStandIn, StandIn, StuckForever, checking,
                            run_on_virtual_clock)
 
 SEEDS = [0, 1, 2]
@@ -701,7 +701,7 @@ def test_rollouts_fill_the_buffer_until_stopped(chapter, make_actors):
 def test_a_rollout_in_flight_when_stop_is_set_is_finished_queued_and_counted(chapter):
     """The given loop, on stand-ins: stop is set while the third rollout is being generated. That rollout is
     finished (queued, scored) and counted; no fourth one starts."""
-    from koans.testing import StandIn
+    from koans.testkit.testing import StandIn
 
     stop, made = asyncio.Event(), []
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from monarch.actor import this_proc
 
-from koans.testing import STARTUP_TIMEOUT, TIMEOUT, backward, small_grpo_config
+from koans.testkit.testing import STARTUP_TIMEOUT, TIMEOUT, backward, small_grpo_config
 
 
 def close(actual, expected, tol=1e-4):
@@ -744,7 +744,7 @@ class PromptRecorder:
 
 
 def prompts_of(chapter, worker, seed=0, count=12):
-    from koans.testing import StandIn
+    from koans.testkit.testing import StandIn
 
     stop = asyncio.Event()
     service = PromptRecorder(chapter, count, stop)

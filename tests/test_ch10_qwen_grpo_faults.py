@@ -11,7 +11,7 @@ import asyncio
 import pytest
 from monarch.actor import this_proc
 
-from koans.testing import STARTUP_TIMEOUT, TIMEOUT, small_grpo_config
+from koans.testkit.testing import STARTUP_TIMEOUT, TIMEOUT, small_grpo_config
 
 LEASE_TIMEOUT = 1.0  # a dead generator's lease blocks a staging slot this long (ch07)
 

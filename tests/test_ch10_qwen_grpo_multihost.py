@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from koans.manifest import PROJECT_ROOT
-from koans.testing import STARTUP_TIMEOUT, TIMEOUT
+from koans.course.manifest import PROJECT_ROOT
+from koans.testkit.testing import STARTUP_TIMEOUT, TIMEOUT
 
 TODOS = ("group_advantages", "grpo_loss", "response_token_logprobs")
 LOST_AFTER_S = 5.0  # Monarch calls a silent host's processes stopped after this long (get_proc_state_max_idle)

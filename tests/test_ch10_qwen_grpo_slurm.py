@@ -1,12 +1,12 @@
 """Chapter 10 on a real Slurm cluster: the trainer on one Slurm node, its generators on two others
-(monarch.job.SlurmJob; the given code is ch10_multihost.py). The cluster is the one koans/slurm_cluster.sh
+(monarch.job.SlurmJob; the given code is ch10_multihost.py). The cluster is the one koans/cluster/slurm_cluster.sh
 starts: Slurm 24.11 from Debian's packages, three nodes in namespaces on this machine (root only).
 
-    koans/slurm_cluster.sh start            # once; koans/slurm_cluster.sh stop ends it
+    koans/cluster/slurm_cluster.sh start            # once; koans/cluster/slurm_cluster.sh stop ends it
     pytest tests/test_ch10_qwen_grpo_slurm.py --impl solutions
 
 Where that cluster is not up, the tests skip and say why ($KOANS_REQUIRE_SLURM=1 makes that a failure,
-as in CI). Each test runs the client in a process of its own, through `koans/slurm_cluster.sh run`:
+as in CI). Each test runs the client in a process of its own, through `koans/cluster/slurm_cluster.sh run`:
 SlurmJob switches Monarch's transport to TCP for the whole process it runs in, and that process must
 resolve the nodes' names. That process is this file (`drive`), which answers what it saw as JSON.
 """
@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = PROJECT_ROOT / "koans" / "slurm_cluster.sh"
+SCRIPT = PROJECT_ROOT / "koans" / "cluster" / "slurm_cluster.sh"
 NODES = 3
 STEPS = 4
 LOST_AFTER_S = 5.0  # Monarch calls a silent host's processes stopped after this long (get_proc_state_max_idle)
@@ -40,23 +40,23 @@ pytestmark = pytest.mark.slurm
 def clean_env() -> dict[str, str]:
     """This process's environment without the session tag: what the script starts must not count as
     this pytest session's leftovers (conftest.py)."""
-    from koans.harness import SESSION_TAG_ENV
+    from koans.testkit.processes import SESSION_TAG_ENV
 
     return {k: v for k, v in os.environ.items() if k != SESSION_TAG_ENV}
 
 
 def why_not_up() -> str | None:
     if os.geteuid() != 0:
-        return "the Slurm cluster of koans/slurm_cluster.sh needs root"
+        return "the Slurm cluster of koans/cluster/slurm_cluster.sh needs root"
     try:
         status = subprocess.run([str(SCRIPT), "status"], capture_output=True, text=True, timeout=60, env=clean_env())
     except (OSError, subprocess.TimeoutExpired) as err:
-        return f"koans/slurm_cluster.sh status did not answer: {err}"
+        return f"koans/cluster/slurm_cluster.sh status did not answer: {err}"
     found = re.search(r"(\d+) nodes idle", status.stdout)
     if status.returncode != 0 or not found:
-        return f"no Slurm cluster of koans/slurm_cluster.sh is up ({(status.stdout + status.stderr).strip()})"
+        return f"no Slurm cluster of koans/cluster/slurm_cluster.sh is up ({(status.stdout + status.stderr).strip()})"
     if int(found.group(1)) < NODES:
-        return f"the cluster has {found.group(1)} nodes; these tests need {NODES}: koans/slurm_cluster.sh start {NODES}"
+        return f"the cluster has {found.group(1)} nodes; these tests need {NODES}: koans/cluster/slurm_cluster.sh start {NODES}"
     return None
 
 
@@ -64,7 +64,7 @@ def why_not_up() -> str | None:
 def cluster():
     why = why_not_up()
     if why:
-        advice = f"{why}. As root: koans/slurm_cluster.sh start (docs/appendix/multihost.md)"
+        advice = f"{why}. As root: koans/cluster/slurm_cluster.sh start (docs/appendix/multihost.md)"
         if os.environ.get("KOANS_REQUIRE_SLURM") == "1":
             pytest.fail(f"KOANS_REQUIRE_SLURM=1 and {advice}", pytrace=False)
         pytest.skip(advice)
@@ -142,7 +142,7 @@ def test_a_few_steps_on_three_slurm_nodes_leave_every_generator_bit_equal_and_pu
 @pytest.mark.time_limit(240)
 def test_training_reaches_its_last_step_when_a_generator_node_dies(cluster, chapter, tmp_path):
     """After step 1, Slurm node n2 (generators_0) dies whole: its slurmd, the job's step there, the worker
-    and its generator (SIGKILL, koans/slurm_cluster.sh's kill-node does the same). The service finds the
+    and its generator (SIGKILL, koans/cluster/slurm_cluster.sh's kill-node does the same). The service finds the
     host lost and moves its generator to n3. Slurm itself marks n2 DOWN after SlurmdTimeout: by default
     that would end the job, and the trainer with it; ch10_multihost submits with --no-kill (and
     SLURM_NO_KILL for srun), so the job runs on, on n1 and n3."""
@@ -172,7 +172,7 @@ def test_training_reaches_its_last_step_when_a_generator_node_dies(cluster, chap
     assert list(final["generators"].values()) == [final["trainer"]] * 2, "the moved generator caught up too"
     assert_nothing_left(seen)
     assert revived.returncode == 0 and "3 nodes idle" in revived.stderr, (
-        f"koans/slurm_cluster.sh start brings the dead node back: {revived.stderr[-2000:]}")
+        f"koans/cluster/slurm_cluster.sh start brings the dead node back: {revived.stderr[-2000:]}")
 
 
 # --- The client process: runs on the cluster, answers JSON --------------------------------------------
@@ -224,7 +224,7 @@ def drive(argv: list[str]) -> None:
     chapter = importlib.import_module(f"{args.impl}.ch10_qwen_grpo")
     plumbing = importlib.import_module(f"{args.impl}.ch10_plumbing")
     multihost = importlib.import_module(f"{args.impl}.ch10_multihost")
-    from koans.testing import STARTUP_TIMEOUT, TIMEOUT
+    from koans.testkit.testing import STARTUP_TIMEOUT, TIMEOUT
 
     spec = multihost.HostsSpec(hosts=NODES, scheduler="slurm", kill_host_at=args.kill_host_at,
                                lost_after_s=LOST_AFTER_S, probe_timeout_s=PROBE_TIMEOUT_S,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from koans.testing import backward
+from koans.testkit.testing import backward
 
 
 def close(actual, expected, tol=1e-4):

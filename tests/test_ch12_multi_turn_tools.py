@@ -13,7 +13,7 @@ import time
 import pytest
 from monarch.actor import Actor, endpoint, this_proc
 
-from koans.testing import STARTUP_TIMEOUT, TIMEOUT
+from koans.testkit.testing import STARTUP_TIMEOUT, TIMEOUT
 
 
 @pytest.fixture(scope="module")

@@ -34,9 +34,9 @@ import torch
 from monarch.actor import Actor, ActorError, concurrent_endpoint, endpoint, this_proc
 from monarch.rdma import RDMABuffer
 
-from koans import harness
-from koans.claim_actors import Broken, Holder, Notifier, Probe, Waiter
-from koans.monarch_compat import SupervisionError
+from koans.testkit import processes
+from koans.testkit.claim_actors import Broken, Holder, Notifier, Probe, Waiter
+from koans.testkit.monarch_compat import SupervisionError
 
 TIMEOUT = 30
 
@@ -127,12 +127,12 @@ def test_an_error_under_broadcast_kills_the_actor_and_reaches_the_fault_hook(fre
     with pytest.raises(ActorError):  # a call has a reply port: the error goes back to the caller
         probe.boom.call_one().get(timeout=TIMEOUT)
     assert probe.ping.call_one().get(timeout=TIMEOUT), "after an error under call_one the actor lives"
-    faults_before = len(harness.recorded_faults)
+    faults_before = len(processes.recorded_faults)
     probe.boom.broadcast()  # no reply port: nobody to hand the error to
     with pytest.raises(SupervisionError):  # messages arrive in order: ping comes after the failed boom
         probe.ping.call_one().get(timeout=TIMEOUT)
     deadline = time.monotonic() + TIMEOUT
-    while not any(f.mesh_name.startswith("broadcast_boom") for f in harness.recorded_faults[faults_before:]):
+    while not any(f.mesh_name.startswith("broadcast_boom") for f in processes.recorded_faults[faults_before:]):
         assert time.monotonic() < deadline, "the broadcast's failure never reached the fault hook"
         time.sleep(0.1)
 

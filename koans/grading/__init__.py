@@ -1,7 +1,7 @@
 """Grading: the student edition's autograder, built so that no submission can fake its grade.
 
 Who uses it: instructors (`koans autograder`, `koans grade`) and Gradescope (setup.sh, run_autograder).
-It may import koans.manifest, koans.stubgen, koans.edition and the runner's plumbing; nothing a learner
+It may import koans.course and koans.testkit; never koans.learn (nor bench, maintain). Nothing a learner
 runs imports it, except the guards compiled into graded files (runtime) and conftest's grading options.
 
 The layers, in the order a submission meets them (docs/appendix/instructors.md has the threat model):
@@ -15,4 +15,5 @@ The layers, in the order a submission meets them (docs/appendix/instructors.md h
   judge        runs the above per chapter and writes results.json after each
   supervisor   always leaves a results.json, whatever happens to the judge
   package      the Gradescope zip (setup.sh, run_autograder)
+  edition      `koans edition DIR`: the student edition (what it holds is read by koans/course/edition_data.py)
 """

@@ -427,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["enter"]:
         return enter(argv[1:])
     if argv[:1] == ["users"]:
-        from koans.manifest import CHAPTERS
+        from koans.course.manifest import CHAPTERS
 
         names = ensure_users([chapter.tag for chapter in CHAPTERS])
         print("chapter users:", ", ".join(names))

@@ -22,7 +22,7 @@ import ast
 from dataclasses import dataclass, field
 
 from koans.grading.allowlist import check_region, module_names
-from koans.stubgen import Todo
+from koans.course.todos import Todo
 
 
 @dataclass

@@ -31,12 +31,13 @@ import threading
 import time
 from pathlib import Path
 
+from koans.course.edition_data import todos_of
+from koans.course.manifest import CHAPTERS, PROJECT_ROOT, Chapter, find_chapter, selected_chapters
 from koans.grading import probes
 from koans.grading.contain import Box, chapter_user, is_root
 from koans.grading.extract import Extracted, extract
 from koans.grading.rewrite import compile_graded, write_pyc
 from koans.grading.score import POINTS_PER_CHAPTER, chapter_entries, whole_chapter
-from koans.manifest import CHAPTERS, PROJECT_ROOT, Chapter, find_chapter, selected_chapters, todos_of
 
 #: What a chapter's run needs from the pristine tree (copied afresh for every chapter).
 RUN_PARTS = ("conftest.py", "pyproject.toml", "koans", "tests", "exercises")
@@ -77,7 +78,8 @@ class Reference:
 
 def _fresh_tree(work: Path, files: dict[str, Extracted]) -> Path:
     """A copy of the pristine tree with the graded files (and their guarded .pyc) in exercises/."""
-    from koans.edition import DATA_NAME, edition_data, pristine_stub
+    from koans.course.edition_data import DATA_NAME, pristine_stub
+    from koans.grading.edition import edition_data
 
     tree = work / "tree"
     tree.mkdir()
@@ -291,9 +293,9 @@ def grade_submission(submission: Path, results: Path, chapters: tuple[Chapter, .
                      time_limit: float | None = None, reference: Path | None = None,
                      plan: dict | None = None) -> dict:
     """Grade the chapter files in `submission`; write `results` (after every chapter) and return it."""
-    from koans.edition import pristine_stub
+    from koans.course.edition_data import pristine_stub
     from koans.grading import plan as plans
-    from koans.runner import CHAPTER_TIME_LIMIT_S
+    from koans.testkit.time_limit import CHAPTER_TIME_LIMIT_S
 
     time_limit = time_limit or CHAPTER_TIME_LIMIT_S
     chapters = chapters or selected_chapters()

@@ -2,7 +2,7 @@
 
     koans autograder --out autograder.zip [--wheels DIR]
 
-The zip holds the student edition of this project (koans.edition: pristine exercises, tests, the
+The zip holds the student edition of this project (koans.grading.edition: pristine exercises, tests, the
 runner; no solutions/, no mutants/), the plan of each chapter's tests (koans/grading/plan.json), the
 reference solutions for the judge alone (judge/reference/solutions/, made readable by root only by
 setup.sh: submitted code never runs as root), and Gradescope's two scripts at its top level:
@@ -30,7 +30,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from koans.manifest import PROJECT_ROOT
+from koans.course.manifest import PROJECT_ROOT
 
 ROOT_ENV = "AUTOGRADER_ROOT"
 TORCH = "torch==2.13.0"
@@ -86,7 +86,8 @@ def _add_file(archive: zipfile.ZipFile, name: str, data: bytes, executable: bool
 
 def build(out: Path, wheels: Path | None = None) -> int:
     """Write the autograder zip: the student edition, the plan, the judge's reference, and the scripts."""
-    from koans.edition import EditionError, build as build_edition
+    from koans.course.edition_data import EditionError
+    from koans.grading.edition import build as build_edition
     from koans.grading.plan import PLAN_FILE, collect
 
     if wheels is not None and not sorted(wheels.glob("*.whl")):

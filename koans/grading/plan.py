@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from koans.manifest import CHAPTERS, PROJECT_ROOT, Chapter
+from koans.course.manifest import CHAPTERS, PROJECT_ROOT, Chapter
 
 PLAN_FILE = Path("koans") / "grading" / "plan.json"
 

@@ -598,17 +598,18 @@ def answer_in_session(request_path: str, test_module: str, impl: str) -> dict:
     """In the tests' process, after the tests (conftest's --koans-probe): the chapter's answers to the request."""
     import json
 
-    from koans import harness
-    from koans.manifest import chapter_for_module
+    from koans.testkit.code_under_test import import_chapter
+    from koans.testkit.time_limit import time_limit
+    from koans.course.manifest import chapter_for_module
 
     chapter = chapter_for_module(test_module)
     try:
         request = json.loads(open(request_path).read())
-        module = harness.import_chapter(chapter, impl)
+        module = import_chapter(chapter, impl)
     except Exception as err:  # the chapter does not import: every probe of it fails
         return {"error": f"{type(err).__name__}: {err}"[:500]}
     try:
-        with harness.time_limit(120):
+        with time_limit(120):
             return answer(chapter.tag, module, request)
     except BaseException as err:  # a TODO that never answers, or one that ends the session's run
         return {"error": f"the probes did not finish: {type(err).__name__}"}

@@ -36,7 +36,7 @@ def _end_the_submission(judge) -> None:
     import signal
 
     from koans.grading.contain import chapter_user, is_root, kill_user_processes
-    from koans.manifest import CHAPTERS
+    from koans.course.manifest import CHAPTERS
 
     if judge is not None:
         try:
