@@ -76,3 +76,21 @@ MUTANTS += [
         return f"Hello, {who.strip()}! I am {self.name} (greeting #{self.greetings_given})."
     ''', clause='exactly as given'),
 ]
+
+
+# From a study of new users on the student edition (issue 51's list): mistakes whose message once named
+# another clause, or none. Each now gets a sentence that names its own.
+MUTANTS += [
+    Mutant("Greeter.greet", "a missing period", '''
+        self.greetings_given += 1
+        return f"Hello, {who}! I am {self.name} (greeting #{self.greetings_given})"
+    ''', clause="punctuation or spacing differs"),
+    Mutant("Greeter.greet", "the names swapped", '''
+        self.greetings_given += 1
+        return f"Hello, {self.name}! I am {who} (greeting #{self.greetings_given})."
+    ''', clause="swapped"),
+    Mutant("Greeter.greet", "a counter shared by every Greeter (class level)", '''
+        type(self).shared = getattr(type(self), "shared", 0) + 1
+        return f"Hello, {who}! I am {self.name} (greeting #{type(self).shared})."
+    ''', clause="shared by every greeter"),
+]

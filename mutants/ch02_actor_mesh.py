@@ -146,3 +146,14 @@ MUTANTS += [
     return sum(by_proc.values())
 ''', clause='any dimensions'),
 ]
+
+
+# From a study of new users on the student edition (issue 51's list): mistakes whose message once named
+# another clause, or none. Each now gets a sentence that names its own.
+MUTANTS += [
+    Mutant("Worker.add", "a module-level tally", '''
+        global TALLY
+        TALLY = globals().get("TALLY", 0) + amount
+        return TALLY
+    ''', clause="own tally | its own | this actor"),
+]

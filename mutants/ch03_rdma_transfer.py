@@ -234,3 +234,20 @@ MUTANTS += [
         return TensorHandle(RDMABuffer(tensor), tensor.dtype, tensor.numel())
     ''', clause="in the TODO's order"),
 ]
+
+
+# From a study of new users on the student edition (issue 51's list): mistakes whose message once named
+# another clause, or none. Each now gets a sentence that names its own.
+MUTANTS += [
+    Mutant("expose", "numel in bytes", '''
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(not_a_tensor(tensor))
+        if tensor.dim() != 1:
+            raise ValueError(not_flat(tensor))
+        if not tensor.is_contiguous():
+            raise ValueError(not_contiguous(tensor))
+        if tensor.numel() == 0:
+            raise ValueError(empty_tensor(tensor))
+        return TensorHandle(RDMABuffer(tensor), tensor.dtype, tensor.numel() * tensor.element_size())
+    ''', clause="elements | element count | numel"),
+]

@@ -120,3 +120,15 @@ except Exception as err:  # metrics must never break the actual work
 return result
 ''', clause='caught the refusal'),
 ]
+
+
+# From a study of new users on the student edition (issue 51's list): mistakes whose message once named
+# another clause, or none. Each now gets a sentence that names its own.
+MUTANTS += [
+    Mutant("Worker.work", "sent to the default sink", '''
+        result = sum(x * x for x in items)
+        sink = find_sink(f"worker{self.rank}")
+        sink.record.call_one(f"worker{self.rank}", "items_done", len(items)).get(timeout=TIMEOUT)
+        return result
+    ''', clause="sink_name | the sink named | its own sink"),
+]

@@ -200,3 +200,26 @@ MUTANTS += [
     return True
 ''', clause='is not the child'),
 ]
+
+
+# From a study of new users on the student edition (issue 51's list): mistakes whose message once named
+# another clause, or none. Each now gets a sentence that names its own.
+MUTANTS += [
+    Mutant("classify", "a timeout's value is None", '''
+        try:
+            return Outcome("ok", await asyncio.wait_for(future, timeout), where)
+        except ActorError as err:
+            return Outcome("endpoint_error", err, where)
+        except SupervisionError as err:
+            return Outcome("died", err, where)
+        except TimeoutError:
+            return Outcome("timeout", None, where)
+    ''', clause="its value a timeouterror"),
+    Mutant("Supervisor.__supervise__", "a death recorded after the respawn (the slow real-death test came first)", '''
+        if spawned_as(failure) == self.child_name:
+            self.spawn_child()
+            self.failures.append({"generation": self.generation, "mesh": str(failure.mesh_name),
+                                  "report": failure.report()})
+        return True
+    ''', clause="the dead child's"),
+]

@@ -316,3 +316,24 @@ MUTANTS += [
 
     for number in range(self.attempts):''', 1), clause="blocking .get()"),
 ]
+
+
+# From a study of new users on the student edition (issue 51's list): mistakes whose message once named
+# another clause, or none. Each now gets a sentence that names its own.
+STUDY_ROUTE = ROUTE
+MUTANTS += [
+    Mutant("Service.mark_unhealthy", "a mark_unhealthy that never starts the recovery", '''
+        if self.replicas[replica.index] is replica and replica.healthy:
+            replica.healthy = False
+            replica.failures += 1
+            self.stats.replica_failures += 1
+    ''', clause="start_recovery | starts no recovery | recovery"),
+    Mutant("Service.route", "a route that never appends the Attempt",
+           STUDY_ROUTE.replace("        attempts.append(Attempt(replica.index, outcome.kind, outcome.summary))\n", ""),
+           clause="attempt"),
+    Mutant("Service.route", "a blocking .get() in route",
+           STUDY_ROUTE.replace('        outcome = await classify(call, self.call_timeout, where=f"replica {replica.index}")\n',
+                         '        outcome = await classify(_now(call.get(timeout=self.call_timeout)), self.call_timeout, where="r")\n')
+                .replace("    for number in range(self.attempts):", "    async def _now(v):\n        return v\n\n    for number in range(self.attempts):", 1),
+           clause="blocking .get()"),
+]

@@ -405,3 +405,44 @@ MUTANTS += [
     return version
     ''', clause='adds one to self.skipped'),
 ]
+
+
+# From a study of new users on the student edition (issue 51's list): mistakes whose message once named
+# another clause, or none. Each now gets a sentence that names its own.
+STUDY_CLAIM = '''
+        now = time.monotonic()
+        for lease, (_, since) in list(self.leases.items()):
+            if now - since > self.lease_timeout_s:
+                del self.leases[lease]
+                self.counts["expired_leases"] += 1
+        busy = set(self.writing) | {slot for slot, _ in self.leases.values()}
+        if self.latest is not None:
+            busy.add(self.latest[1])
+        for slot in range(len(self.offers)):
+            if slot not in busy:
+                self.writing.add(slot)
+                return slot
+        self.counts["skipped_claims"] += 1
+        return None
+'''
+MUTANTS += [
+    Mutant("WeightStore.claim", "time.time() against leases stamped with time.monotonic()",
+           STUDY_CLAIM.replace("now = time.monotonic()", "now = time.time()"), clause="clock | monotonic"),
+    Mutant("WeightStore.claim", "a hard-coded slot count", STUDY_CLAIM.replace("range(len(self.offers))", "range(2)"),
+           clause="len(self.offers)"),
+    Mutant("SnapshotReader.pull_and_load", "gives up silently (None) after its attempts instead of raising", '''
+        for _ in range(self.attempts):
+            snapshot = await asyncio.wait_for(self.store.acquire.call_one(self.version), self.timeout)
+            if snapshot is None:
+                return None
+            try:
+                await self.load(snapshot, halfway)
+            finally:
+                held = await asyncio.wait_for(self.store.release.call_one(snapshot.lease), self.timeout)
+            if held:
+                self.version = snapshot.version
+                return snapshot.version
+            self.lost_leases += 1
+        return None
+    ''', clause="runtimeerror | raise"),
+]

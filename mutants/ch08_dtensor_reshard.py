@@ -202,3 +202,20 @@ MUTANTS += [
         return read
 ''', clause='fails the pull'),
 ]
+
+
+# From a study of new users on the student edition (issue 51's list): mistakes whose message once named
+# another clause, or none. Each now gets a sentence that names its own.
+MUTANTS += [
+    Mutant("shard_box", "an empty share placed at the end of what was split, not of the whole dimension", '''
+        box = [(0, size) for size in shape]
+        for m, placement in enumerate(placements):
+            if isinstance(placement, Shard):
+                offset, length = box[placement.dim]
+                size = -(-length // mesh_shape[m])
+                start = min(coord[m] * size, length)
+                share = max(0, min(size, length - start))
+                box[placement.dim] = (offset + start, share) if share else (offset + length, 0)
+        return tuple(box)
+    ''', clause="end of the whole dimension"),
+]

@@ -1,5 +1,6 @@
 """Chapter 09: plausible wrong answers (see mutants/README.md)."""
 
+from koans.course.manifest import PROJECT_ROOT
 from koans.maintain.mutants import Mutant
 
 SAMPLE = '''
@@ -433,4 +434,25 @@ MUTANTS += [
     self.ledger.trained += [g.id for g in batch]
     return batch
 ''', clause='handed out at once'),
+]
+
+
+# From a study of new users on the student edition (issue 51's list): mistakes whose message once named
+# another clause, or none. Each now gets a sentence that names its own.
+STUDY_PUT = '''
+        if self._too_stale(group):
+            self.ledger.refused_stale.append(group.id)
+            return False
+        self.groups.append(group)
+        async with self.arrived:
+            self.arrived.notify_all()
+        return True
+'''
+STUDY_SAMPLE = (PROJECT_ROOT / "solutions" / "ch09_async_loops.py").read_text().split("        self.learner_version = max(self.learner_version, learner_version)\n", 1)[1].split("        # <<< TODO")[0]
+STUDY_SAMPLE = "        self.learner_version = max(self.learner_version, learner_version)\n" + STUDY_SAMPLE
+MUTANTS += [
+    Mutant("ReplayBuffer.put", "answers True for a refused group",
+           STUDY_PUT.replace("            return False", "            return True"), clause="answers false | put answers false | false"),
+    Mutant("ReplayBuffer.sample", "forgets ledger.trained",
+           STUDY_SAMPLE.replace("        self.ledger.trained += [g.id for g in batch]\n", ""), clause="ledger.trained"),
 ]

@@ -1,5 +1,6 @@
 """Chapter 10: plausible wrong answers (see mutants/README.md)."""
 
+from koans.course.manifest import PROJECT_ROOT
 from koans.maintain.mutants import Mutant
 
 LOSS = '''
@@ -132,4 +133,24 @@ MUTANTS += [
     # From a mechanical set (one operator at one site of the solution; each caught by a test extended for it):
     Mutant("group_advantages", "a group of two is taken for a group of one: its std is 0, so eps alone divides",
            ADVANTAGES.replace("rewards.shape[1] > 1", "rewards.shape[1] > 2"), clause='has a sample std'),
+]
+
+
+# From a study of new users on the student edition (issue 51's list): mistakes whose message once named
+# another clause, or none. Each now gets a sentence that names its own.
+STUDY_LOSS = (PROJECT_ROOT / "solutions" / "ch10_qwen_grpo.py").read_text().split("    ratio = torch.exp(logps - old_logps)\n", 1)[1].split("    # <<< TODO")[0]
+STUDY_LOSS = "    ratio = torch.exp(logps - old_logps)\n" + STUDY_LOSS
+MUTANTS += [
+    Mutant("response_token_logprobs", "answers float64", '''
+        prompt_length = logits.shape[1] - responses.shape[1]
+        predictions = logits[:, prompt_length - 1 : -1].double()
+        logps = torch.log_softmax(predictions, dim=-1).gather(-1, responses.unsqueeze(-1)).squeeze(-1)
+        return logps * mask
+    ''', clause="float32 | dtype"),
+    Mutant("grpo_loss", "the ratio from logps.detach()",
+           STUDY_LOSS.replace("ratio = torch.exp(logps - old_logps)", "ratio = torch.exp(logps.detach() - old_logps)"),
+           clause="gradient | detach"),
+    Mutant("grpo_loss", "advantages not unsqueezed",
+           STUDY_LOSS.replace("per_token_advantage = advantages[:, None]", "per_token_advantage = advantages"),
+           clause="token axis | [:, none] | shape"),
 ]

@@ -339,3 +339,21 @@ MUTANTS += [
     Mutant("withhold_stale", "the population std (unbiased=False)", WITHHOLD.replace("rewards.std()",
                                                                                     "rewards.std(unbiased=False)"), clause='sample std'),
 ]
+
+
+# From a study of new users on the student edition (issue 51's list): mistakes whose message once named
+# another clause, or none. Each now gets a sentence that names its own.
+STUDY_LOSS = LOSS_NOW
+MUTANTS += [
+    Mutant("decoupled_ppo_loss", "clip_fraction over padding too",
+           STUDY_LOSS.replace('"clip_fraction": float(masked_mean(clipped, mask))', '"clip_fraction": float(clipped.mean())'),
+           clause="padding | real tokens"),
+    Mutant("truncated_importance_weights", "masked_fill_ on the caller's tensors", '''
+        proximal_logps.masked_fill_(~mask.bool(), 0.0)
+        behaviour_logps.masked_fill_(~mask.bool(), 0.0)
+        weights = torch.exp(proximal_logps - behaviour_logps).detach()
+        if cap is not None:
+            weights = weights.clamp(max=cap)
+        return torch.where(mask.bool(), weights, torch.zeros_like(weights))
+    ''', clause="changed its caller's"),
+]

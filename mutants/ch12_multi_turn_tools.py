@@ -6,6 +6,7 @@ separator dropped, round robin where least-loaded was asked, the lag taken from 
 token, a tool called directly (no retry on another worker), an episode that never ends.
 """
 
+from koans.course.manifest import PROJECT_ROOT
 from koans.maintain.mutants import Mutant
 
 APPEND = '''
@@ -505,4 +506,14 @@ MUTANTS += [
         return [owner if learner_version - version <= 1 else 0.0
                 for owner, version in zip(self.mask, self.versions)]
 ''', clause="the caller's max_token_staleness"),
+]
+
+
+# From a study of new users on the student edition (issue 51's list): mistakes whose message once named
+# another clause, or none. Each now gets a sentence that names its own.
+STUDY_EPISODE = (PROJECT_ROOT / "solutions" / "ch12_multi_turn_tools.py").read_text().split("    for _ in range(limits.max_turns):\n", 1)[1].split("    # <<< TODO")[0]
+STUDY_EPISODE = "    for _ in range(limits.max_turns):\n" + STUDY_EPISODE
+MUTANTS += [
+    Mutant("run_episode", "a turn whose input leaves out the prompt",
+           STUDY_EPISODE.replace("episode.prompt_ids + episode.ids, min(", "list(episode.ids), min("), clause="prompt"),
 ]

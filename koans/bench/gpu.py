@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu", action="store_true", help="run every GPU test and benchmark")
     parser.add_argument("--data-plane", action="store_true",
                         help="instead: chapter 07's pull, chapter 08's reshard and async depth (11, 12), each beside its "
-                             "limit (koans/bench_data_plane.py; with --json FILE, --quick, --only rdma,reshard,async)")
+                             "limit (koans/bench/data_plane.py; with --json FILE, --quick, --only rdma,reshard,async)")
     parser.add_argument("--out", default="gpu.json", help="where to write the JSON (default gpu.json)")
     parser.add_argument("--impl", choices=["solutions", "exercises"], default="solutions",
                         help="whose code to measure (default: the reference solutions)")

@@ -7,7 +7,7 @@ import textwrap
 
 from koans.course.manifest import CHAPTERS, Chapter, electives, selected_chapters, workshop
 from koans.learn.runner import ChapterRun, run_chapter
-from koans.learn.show import _counts, _header, _show_warnings, show_run
+from koans.learn.show import _counts, _header, _show_warnings, impl_of, show_run
 from koans.learn.state import _fingerprint, _load_state, _record, _recorded
 from koans.learn.syntax import syntax_problem
 
@@ -39,7 +39,7 @@ def _run(chapter: Chapter, *, announce: bool = False, first_failure_only: bool =
     fingerprint = _fingerprint(chapter)
     problem = syntax_problem(chapter)
     if problem is None and announce:
-        _header(chapter)
+        _header(chapter, impl_of(extra_args))
     if problem:
         run = ChapterRun(chapter, "exercises", returncode=2, syntax_error=problem)
     else:

@@ -119,8 +119,19 @@ def _show_hint(chapter: Chapter, failure: dict | None) -> None:
         print(_fill(hints[number - 1], f"  Hint for {key} ({number} of {len(hints)}): ", "    "))
 
 
-def _header(chapter: Chapter) -> None:
-    print(f"Chapter {chapter.number:02d}: {chapter.title}   ({_rel(chapter.source_file('exercises'))})", flush=True)
+def _header(chapter: Chapter, impl: str = "exercises") -> None:
+    print(f"Chapter {chapter.number:02d}: {chapter.title}   ({_rel(chapter.source_file(impl))})", flush=True)
+
+
+def impl_of(extra_args: tuple[str, ...]) -> str:
+    """The code a run tests: exercises/, unless pytest's arguments chose another (`--impl solutions`)."""
+    impl = "exercises"
+    for i, arg in enumerate(extra_args):
+        if arg == "--impl" and i + 1 < len(extra_args):
+            impl = extra_args[i + 1]
+        elif arg.startswith("--impl="):
+            impl = arg.split("=", 1)[1]
+    return impl
 
 
 def _show_warnings(run: ChapterRun, limit: int | None = 3) -> None:

@@ -438,3 +438,13 @@ def test_workshop_gives_the_stretch_todos_and_off_takes_back_only_what_it_gave(t
     assert code == 0 and "chapter 09: ReplayBuffer.sample: its stub is back" in out, out
     assert loops.read_text() == stub, "exactly the stub again"
     assert "return {}  # mine, half done" in mesh.read_text()
+
+
+def test_a_check_with_pytests_impl_names_the_file_it_tests(capsys):
+    """`koans check N -- --impl solutions` tests solutions/: its header names that file, not the exercise."""
+    from koans.learn.show import _header, impl_of
+
+    assert impl_of(("--impl", "solutions")) == impl_of(("-x", "--impl=solutions")) == "solutions"
+    assert impl_of(("-x",)) == impl_of(()) == "exercises"
+    _header(find_chapter(1), impl_of(("--impl", "solutions")))
+    assert "(solutions/ch01_hello_actor.py)" in capsys.readouterr().out

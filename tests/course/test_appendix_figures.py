@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from koans.manifest import PROJECT_ROOT
+from koans.course.manifest import PROJECT_ROOT
 
 APPENDIX = PROJECT_ROOT / "docs" / "appendix" / "benchmarks.md"
 STAMP = re.compile(r"<!-- measured under: (?P<pairs>[^>]*?) -->")
