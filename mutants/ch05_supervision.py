@@ -48,14 +48,14 @@ MUTANTS = [
         self.failures.append({"generation": self.generation, "mesh": str(failure.mesh_name), "report": failure.report()})
         self.spawn_child()
         return True
-    ''', clause='meshes monarch runs for itself'),
+    ''', clause='meshes monarch runs for itself | is not the child'),
     Mutant("Supervisor.__supervise__", "records the generation after respawning", '''
         if spawned_as(failure) == self.child_name:
             self.spawn_child()
             self.failures.append({"generation": self.generation, "mesh": str(failure.mesh_name),
                                   "report": failure.report()})
         return True
-    ''', clause='before you respawn'),
+    ''', clause="before you respawn | the dead child's"),
     Mutant("classify", "waits with the blocking .get(), the habit of chapters 01-04, in async code (a learner's)", '''
         try:
             return Outcome("ok", future.get(timeout=timeout), where)
@@ -81,7 +81,7 @@ MUTANTS = [
             self.failures.append({"generation": self.generation, "mesh": str(failure.mesh_name),
                                   "report": failure.report()})
         return True
-    ''', clause='has not replaced the dead child'),
+    ''', clause='has not replaced the dead child | starting the next generation'),
     Mutant("Supervisor.__supervise__", "passes every failure but its child's up the tree", '''
         if spawned_as(failure) == self.child_name:
             self.failures.append({"generation": self.generation, "mesh": str(failure.mesh_name),
@@ -89,7 +89,7 @@ MUTANTS = [
             self.spawn_child()
             return True
         return False
-    ''', clause='answers true for every failure'),
+    ''', clause='answers true for every failure | false fails the supervisor itself'),
     Mutant("Supervisor.__supervise__",
            "knows Monarch's own meshes by the name logger... and passes up the rest (the rule Monarch 0.8 broke)", '''
         name = str(failure.mesh_name)
