@@ -337,7 +337,8 @@ def mismatch_table(report: dict) -> str:
 # --- Environment latency: where async wins -----------------------------------------------------
 
 #: Async rollouts in flight by default: with D in flight, a latency L costs each rollout about L / D of
-#: waiting, until the CPU (or the trainer) is what limits. The sweep (--sweep-depth) measures it.
+#: waiting, until the CPU (or the trainer) is what limits. Admission lets at most (max_lag + 1) x batch groups
+#: (here 2 x 8) be started ahead of the trainer, so more loops than that only wait. --sweep-depth measures it.
 DEFAULT_DEPTH = 16
 LAB_MAX_LAG = RunConfig.max_lag  # the chapter's staleness bound (1): a group more versions behind is never trained
 
