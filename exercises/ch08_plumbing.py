@@ -75,7 +75,8 @@ class ShardHolderBase(Actor):
 
     def __init__(self):
         self.rank = current_rank().rank
-        self.staged = None  # (what was asked, the staging buffer, its handles): kept alive while handles are out
+        self.staged = {}  # what was asked -> (its staging buffer, the handles): kept alive while handles are out
+        self.shards = {}  # a destination's shard per shape, refilled when a weight of that shape comes again
 
     @endpoint
     async def setup(self, mesh_shape: tuple[int, ...]) -> None:
@@ -111,16 +112,17 @@ class ShardHolderBase(Actor):
         shard cost less than one per piece.
 
         The buffer and its handles stay for the next request of the same regions (a weight moved again
-        after the next training step): that one only copies the new values in, with no allocation and no
-        registration. `release` gives the memory back."""
+        after the next training step), one per set of regions, as a model has many weights: that request
+        only copies the new values in, with no allocation and no registration. `release` gives the memory
+        back."""
         layout = (self.local.dtype, tuple((piece.numel, tuple((s.start, s.stop) for s in piece.src_slices))
                                           for piece in pieces))
-        if self.staged is None or self.staged[0] != layout:
+        if layout not in self.staged:
             staging = torch.empty(sum(piece.numel for piece in pieces), dtype=self.local.dtype)
             starts = [0, *itertools.accumulate(piece.numel for piece in pieces)]
-            self.staged = (layout, staging, [expose(staging[start: start + piece.numel])
+            self.staged[layout] = (staging, [expose(staging[start: start + piece.numel])
                                              for start, piece in zip(starts, pieces)])
-        _, staging, handles = self.staged
+        staging, handles = self.staged[layout]
         start = 0
         for piece in pieces:
             region = self.local[piece.src_slices]
@@ -130,17 +132,15 @@ class ShardHolderBase(Actor):
 
     @endpoint
     async def release(self) -> None:
-        self.staged = None
+        self.staged, self.shards = {}, {}
 
     @endpoint
     async def allocate(self, local_shape: tuple[int, ...]) -> None:
         """A destination shard of this shape, all NaN (a move that missed an element cannot pass for one);
-        the one already held is refilled, not allocated again."""
-        local = getattr(self, "local", None)
-        if local is not None and tuple(local.shape) == tuple(local_shape) and local.dtype == torch.float32:
-            local.fill_(float("nan"))
-        else:
-            self.local = torch.full(local_shape, float("nan"))
+        one of the same shape already made is refilled, not allocated again."""
+        if tuple(local_shape) not in self.shards:
+            self.shards[tuple(local_shape)] = torch.empty(local_shape)
+        self.local = self.shards[tuple(local_shape)].fill_(float("nan"))
 
     @endpoint
     async def local_shard(self) -> torch.Tensor:
@@ -169,8 +169,8 @@ def reshard(shape, seed, src_holders, src_mesh, src_layout, dst_holders, dst_mes
     """Move a DTensor from the source mesh's layout to the destination mesh's, by the overlap plan.
 
     Each rank gets one message per step and every rank of a step works at once, so a move's fixed cost
-    is two rounds of messages, however many pieces the plan has: the sources stage, then the
-    destinations allocate and pull (their sources done, so they do not compete with them for CPU)."""
+    is two rounds of messages, however many pieces the plan has: the sources stage while the destinations
+    allocate, then the destinations pull (their sources done, so they do not compete with them for CPU)."""
     plan = _chapter().plan_transfer(shape, src_mesh, _layout(src_layout), dst_mesh, _layout(dst_layout))
     src_list = _one_per_rank(src_holders, len(list(_chapter().ranks(src_mesh))))
     dst_list = _one_per_rank(dst_holders, len(list(_chapter().ranks(dst_mesh))))
@@ -180,15 +180,16 @@ def reshard(shape, seed, src_holders, src_mesh, src_layout, dst_holders, dst_mes
             wanted.setdefault(piece.src, []).append((dst_rank, i))
     staging = {src: src_list[src].stage.call_one([plan[dst_rank][i] for dst_rank, i in where])  # one per source
                for src, where in wanted.items()}
+    allocating = []  # while the sources stage: the destinations need no handle to make room
+    for dst_rank, coord in _chapter().ranks(dst_mesh):
+        box = _chapter().shard_box(shape, dst_mesh, _layout(dst_layout), coord)
+        allocating.append(dst_list[dst_rank].allocate.call_one(tuple(length for _, length in box)))
     handles = {dst_rank: [None] * len(pieces) for dst_rank, pieces in plan.items()}
     for src, reply in staging.items():
         for (dst_rank, i), handle in zip(wanted[src], reply.get(timeout=TIMEOUT)):
             handles[dst_rank][i] = handle
-    allocating, pulls = [], []
-    for dst_rank, coord in _chapter().ranks(dst_mesh):  # an actor handles one sender's messages in order
-        box = _chapter().shard_box(shape, dst_mesh, _layout(dst_layout), coord)
-        allocating.append(dst_list[dst_rank].allocate.call_one(tuple(length for _, length in box)))
-        pulls.append(dst_list[dst_rank].pull.call_one(plan[dst_rank], handles[dst_rank]))
+    # an actor handles one sender's messages in order: each destination allocates before it pulls
+    pulls = [dst_list[dst_rank].pull.call_one(plan[dst_rank], handles[dst_rank]) for dst_rank, _ in _chapter().ranks(dst_mesh)]
     read = sum(reply.get(timeout=TIMEOUT) for reply in pulls)  # every destination pulls at once
     for reply in allocating:
         reply.get(timeout=TIMEOUT)

@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import dataclasses
 import random
+import statistics
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
@@ -250,16 +251,22 @@ async def run_sync(job: Job, tools, task: VaultTask, on_step=None) -> dict:
     """Lock step: a batch of groups (every episode at once), train, wait for the new weights, again.
     Each step waits for its slowest episode: a slow tool call holds up the whole step."""
     config, rng, made, results = job.config, random.Random(job.config.seed), Episodes(), []
+    phases = {"episodes": [], "train": [], "weights": []}  # seconds of each step spent on each
     for step in range(config.steps):
+        started = time.monotonic()
         prompts = [task.sample(rng) for _ in range(config.groups_per_step)]
         groups = await asyncio.gather(*(one_group(job, tools, task, p, config.limits, made) for p in prompts))
         batch = [as_rollout(g, p, f"s{step}-{i}", task) for i, (g, p) in enumerate(zip(groups, prompts))]
+        sampled = time.monotonic()
         result = await ask(job.trainer.train, batch)
+        trained = time.monotonic()
         await wait_for_version(job.store, result["version"])
+        for phase, seconds in zip(phases, (sampled - started, trained - sampled, time.monotonic() - trained)):
+            phases[phase].append(seconds)
         results.append(result)
         if on_step is not None:
             on_step(result)
-    return {"results": results, "groups": [], "ledger": None, "episodes": made}
+    return {"results": results, "groups": [], "ledger": None, "episodes": made, "phases": phases}
 
 
 # --- the demo ------------------------------------------------------------------------------------------
@@ -400,11 +407,16 @@ async def depth_sweep(config: ToolsConfig, depths: list[int], steps: int = 30, z
                            "dropped": dropped, "groups_per_step": config.groups_per_step,
                            "group_size": config.group_size, "steps": steps}
                     rows.append(row)
+                    if depth == 0:  # where lock step's time goes: the median step, phase by phase
+                        row["phases_s"] = {phase: statistics.median(seconds) for phase, seconds in run["phases"].items()}
                     if not quiet:
                         what = "lock step" if depth == 0 else f"async, depth {depth:>2}"
                         print(f"  tool latency {label:<5} {what:<16} {row['episodes_per_s']:6.1f} episodes/s   lag max "
                               f"{row['max_lag']} mean {row['mean_lag']:.2f} (bound {config.max_lag}), dropped {dropped}",
                               flush=True)
+                        if depth == 0:
+                            print("    a lock-step step, median: " + ", ".join(
+                                f"{phase} {seconds:.3f} s" for phase, seconds in row["phases_s"].items()), flush=True)
             finally:
                 await tools.close()
     finally:

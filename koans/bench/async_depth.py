@@ -70,6 +70,7 @@ def ch12_figure(impl: str, quick: bool = False) -> dict:
                        "slots": config.slots, "generators": config.generators, "steps": steps,
                        "max_lag_bound": run["max_lag_bound"], "max_lag": run["max_lag"],
                        "mean_lag": round(run["mean_lag"], 3), "dropped": run["dropped"],
+                       "lockstep_step_phases_s": {k: round(v, 4) for k, v in sync.get("phases_s", {}).items()},
                        "policy": "warm start" if quick else "trained", "impl": impl, "quick": quick,
                        "cpu": cpu_name(), "cores": os.cpu_count()}}
 

@@ -172,6 +172,19 @@ def memcpy_gbps(nbytes: int) -> float:
 # --- Chapter 07's pull against one raw read (data_plane_figures) ----------------------------------
 
 
+def cpu_jiffies() -> tuple[int, int]:
+    """(busy, total) CPU time of the whole host so far, from /proc/stat (Linux)."""
+    with open("/proc/stat") as stat:
+        fields = [int(x) for x in stat.readline().split()[1:]]
+    return sum(fields) - fields[3] - fields[4], sum(fields)  # idle and iowait are not busy
+
+
+def cores_busy(before: tuple[int, int], after: tuple[int, int]) -> float:
+    """How many of the host's cores were busy, on average, between two cpu_jiffies()."""
+    total = after[1] - before[1]
+    return (after[0] - before[0]) / total * (os.cpu_count() or 1) if total else 0.0
+
+
 class SlotOwner(Actor):
     """A trainer's staging slot, as chapter 07 builds it: `nbytes` offered as RDMA chunks of `chunk_bytes`,
     and the same bytes as one RDMABuffer (the raw read's source)."""
@@ -214,30 +227,36 @@ class SlotReader(Actor):
         await source.fetch([Entry("second", torch.uint8, (self.nbytes - half,), half)])
 
     @endpoint
-    async def rounds(self, whole, offer, in_flights: list[int], rounds: int) -> dict:
-        """GB/s per round of the raw read and of the pull at each in-flight count; one warm-up of each first.
-        Each round runs every row once, in an order that turns round by round."""
+    async def rounds(self, whole, offer, in_flights: list[int], rounds: int) -> tuple[dict, dict]:
+        """GB/s per round of the raw read and of the pull at each in-flight count, and the host's cores busy
+        meanwhile (both processes, and anything else running); one warm-up of each first. Each round runs
+        every row once, in an order that turns round by round."""
         rows = ["raw"] + [f"pull@{k}" for k in in_flights]
         measured: dict[str, list[float]] = {row: [] for row in rows}
+        busy: dict[str, list[float]] = {row: [] for row in rows}
         for number in range(rounds + 1):
             shift = number % len(rows)
             for row in rows[shift:] + rows[:shift]:
                 if row == "raw":
                     self.landing.zero_()
+                    before = cpu_jiffies()
                     started = time.perf_counter()
                     await whole.read_into(self.landing, timeout=TIMEOUT)
                     took, landing = time.perf_counter() - started, self.landing
                 else:
                     if self.cache.landing is not None:
                         self.cache.landing.zero_()
+                    before = cpu_jiffies()
                     started = time.perf_counter()
                     await self._pull(offer, int(row.partition("@")[2]))
                     took, landing = time.perf_counter() - started, self.cache.landing
+                cores = cores_busy(before, cpu_jiffies())
                 if int(landing.min()) != 1:
                     raise RuntimeError(f"{row}: the read did not fill the landing buffer")
                 if number > 0:  # round 0 warms up: connections, registration, first touch
                     measured[row].append(self.nbytes / took / 1e9)
-        return measured
+                    busy[row].append(cores)
+        return measured, busy
 
 
 def data_plane_figures(quick: bool = False, *, chapter: str = "solutions", in_flights: list[int] | None = None,
@@ -270,7 +289,7 @@ def data_plane_figures(quick: bool = False, *, chapter: str = "solutions", in_fl
             owner = procs.slice(procs=0).spawn("slot_owner", SlotOwner, chapter, nbytes, plumbing_chunk)
             reader = procs.slice(procs=1).spawn("slot_reader", SlotReader, chapter, nbytes)
             whole, offer = owner.handles.call_one().get(timeout=TIMEOUT)
-            measured = reader.rounds.call_one(whole, offer, in_flights, rounds).get(timeout=TIMEOUT)
+            measured, busy = reader.rounds.call_one(whole, offer, in_flights, rounds).get(timeout=TIMEOUT)
             owner.close.call_one().get(timeout=TIMEOUT)
         finally:
             procs.stop().get(timeout=60)
@@ -282,6 +301,7 @@ def data_plane_figures(quick: bool = False, *, chapter: str = "solutions", in_fl
             "config": {"bytes": nbytes, "reads_in_flight": chosen, "chunk_bytes": plumbing_chunk,
                        "rdma_settings": env or "Monarch's defaults", "backend": "tcp fallback" if not _has_rdma_card() else "ibverbs",
                        "rounds": rounds, "rounds_gbps": measured,
+                       "cores_busy": {row: statistics.median(values) for row, values in busy.items()},
                        "pull_gbps_by_in_flight": {k: statistics.median(measured[f"pull@{k}"]) for k in in_flights},
                        "loopback_tcp_gbps": loopback, "torch": torch.__version__,
                        "monarch": getattr(monarch, "__version__", None) or _version("torchmonarch")}})
@@ -310,6 +330,7 @@ def print_data_plane_figures(figures: list[dict]) -> None:
         if len(config["pull_gbps_by_in_flight"]) > 1:
             print("  pull by reads in flight: " + ", ".join(
                 f"{k}: {v:.2f} ({v / figure['limit']:.2f}x)" for k, v in config["pull_gbps_by_in_flight"].items()))
+        print(f"  cores busy (of {os.cpu_count()}): " + ", ".join(f"{row} {cores:.2f}" for row, cores in config["cores_busy"].items()))
         print("  rounds: " + "; ".join(f"{row} " + ", ".join(f"{g:.2f}" for g in values)
                                       for row, values in config["rounds_gbps"].items()), flush=True)
 
