@@ -18,7 +18,8 @@ every row alike:
   gather+scatter everything read by RDMA to destination 0, which cuts the column
                  blocks and the other destinations read theirs (1.75 T)
   raw read       one RDMABuffer read_into of T bytes between two processes: what
-                 the same bytes cost with no plan, no staging and no copies
+                 the same bytes cost with no plan, no staging and no copies (its source
+                 and landing buffers made once per size, like the reshard's staging)
 
 Every timing is from the controller: one call, until every process has answered. The median is
 of the moves after the first: a weight is moved again after every training step, and the reshard
@@ -77,16 +78,22 @@ class Probe(Actor):
     # --- the raw read ---
     @endpoint
     async def expose_raw(self, nbytes: int):
+        """The raw read's source, made and registered once per size, as the reshard keeps its staging."""
         from monarch.rdma import RDMABuffer
 
-        self.raw = torch.ones(nbytes, dtype=torch.uint8)
-        return RDMABuffer(self.raw)
+        self.raws = getattr(self, "raws", {})
+        if nbytes not in self.raws:
+            memory = torch.ones(nbytes, dtype=torch.uint8)
+            self.raws[nbytes] = (memory, RDMABuffer(memory))
+        return self.raws[nbytes][1]
 
     @endpoint
     async def read_raw(self, buffer, nbytes: int) -> int:
-        if getattr(self, "landing", None) is None or self.landing.numel() != nbytes:
-            self.landing = torch.zeros(nbytes, dtype=torch.uint8)
-        await buffer.read_into(self.landing, timeout=TIMEOUT)
+        """Into a landing buffer kept per size (the sizes take turns), so that no timed read allocates."""
+        self.landings = getattr(self, "landings", {})
+        if nbytes not in self.landings:
+            self.landings[nbytes] = torch.zeros(nbytes, dtype=torch.uint8)
+        await buffer.read_into(self.landings[nbytes], timeout=TIMEOUT)
         return nbytes
 
     # --- gather, then scatter: sources expose their whole (contiguous) row shards ---
